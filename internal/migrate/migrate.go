@@ -1,0 +1,92 @@
+// Package migrate applies a store's embedded, numbered .sql migrations with
+// goose. It is the one migrator behind the stores' Migrate functions and the
+// `idem migrate` command, so both always agree on what is applied.
+package migrate
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"log/slog"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// Dialect names the SQL flavour of a store's migrations.
+type Dialect string
+
+const (
+	SQLite   Dialect = "sqlite3"
+	Postgres Dialect = "postgres"
+)
+
+// TableName is the table in which applied migrations are recorded.
+const TableName = "idem_migrations"
+
+// Result is one applied migration.
+type Result struct {
+	Version int64
+	Name    string
+}
+
+// Up applies every pending migration in fsys (files named NNN_name.sql with
+// goose annotations) to db and returns what it applied, in order. On
+// PostgreSQL it holds a session advisory lock, so concurrent callers apply
+// each migration once.
+func Up(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Logger) ([]Result, error) {
+	p, err := provider(db, d, fsys, logger)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate %s: %w", d, err)
+	}
+	out := make([]Result, 0, len(res))
+	for _, r := range res {
+		out = append(out, Result{Version: r.Source.Version, Name: r.Source.Path})
+	}
+	return out, nil
+}
+
+// Pending reports whether db lacks any migration in fsys. Stores call it at
+// construction so that they refuse to run on a schema that is not theirs,
+// instead of migrating a shared database behind the operator's back.
+func Pending(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS) (bool, error) {
+	p, err := provider(db, d, fsys, nil)
+	if err != nil {
+		return false, err
+	}
+	return p.HasPending(ctx)
+}
+
+func provider(db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Logger) (*goose.Provider, error) {
+	opts := []goose.ProviderOption{
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithTableName(TableName),
+	}
+	if logger != nil {
+		opts = append(opts, goose.WithSlog(logger))
+	}
+	var dialect goose.Dialect
+	switch d {
+	case SQLite:
+		dialect = goose.DialectSQLite3
+	case Postgres:
+		dialect = goose.DialectPostgres
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	default:
+		return nil, fmt.Errorf("migrate: unknown dialect %q", d)
+	}
+	p, err := goose.NewProvider(dialect, db, fsys, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("migrate %s: %w", d, err)
+	}
+	return p, nil
+}
