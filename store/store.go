@@ -216,6 +216,9 @@ type Capabilities struct {
 	// Shared is true when several processes may use the same store at once
 	// (PostgreSQL, Redis, an SQLite file; not the memory store).
 	Shared bool
+	// SelfExpiring is true when the store deletes expired records by itself
+	// (Redis key TTLs), so that Sweep has nothing to do.
+	SelfExpiring bool
 }
 
 // TxStore is a store that can share a transaction with the caller's own

@@ -1,0 +1,310 @@
+package key
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// Defaults and bounds of Config.
+const (
+	DefaultLease     = 30 * time.Second
+	DefaultRetention = 24 * time.Hour
+	MaxLease         = 24 * time.Hour
+	MaxRetention     = 366 * 24 * time.Hour
+	// cleanupTimeout bounds the release or unknown-mark written after the
+	// caller's context has ended: the claim must be handed back even when
+	// the client went away.
+	cleanupTimeout = 5 * time.Second
+)
+
+// Config configures a Guard. A nil *Config means all defaults.
+type Config struct {
+	// Lease is how long a claim is held before another caller may take the
+	// key over, measured on the store's clock. It must be longer than the
+	// operation normally takes (the heartbeat extends it while the
+	// operation runs) and at most Retention and MaxLease. Defaults to 30s.
+	Lease time.Duration
+	// Retention is how long a completed key replays its response; after it
+	// the key is new again. At most MaxRetention. Defaults to 24h.
+	Retention time.Duration
+	// Heartbeat is how often the lease of a running operation is extended.
+	// If an extension finds the claim lost (fenced), the operation's context
+	// is cancelled with ErrFenced. Negative disables it. Defaults to Lease/3.
+	Heartbeat time.Duration
+	// Logger receives warnings about writes that failed after the operation
+	// ran. Defaults to a logger that discards everything.
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Lease == 0 {
+		out.Lease = DefaultLease
+	}
+	if out.Retention == 0 {
+		out.Retention = DefaultRetention
+	}
+	if out.Heartbeat == 0 {
+		out.Heartbeat = out.Lease / 3
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Lease < time.Millisecond || c.Lease > MaxLease:
+		return fmt.Errorf("key: Config.Lease %v out of range [1ms, %v]", c.Lease, MaxLease)
+	case c.Retention < c.Lease || c.Retention > MaxRetention:
+		return fmt.Errorf("key: Config.Retention %v out of range [Lease=%v, %v]", c.Retention, c.Lease, MaxRetention)
+	case c.Heartbeat > 0 && c.Heartbeat >= c.Lease:
+		return fmt.Errorf("key: Config.Heartbeat %v must be shorter than Lease %v", c.Heartbeat, c.Lease)
+	}
+	return nil
+}
+
+// Request is one attempt at an operation.
+type Request struct {
+	// Scope names the operation and its caller.
+	Scope Scope
+	// Fingerprint identifies the request's content (FingerprintOf). Required.
+	Fingerprint Fingerprint
+	// FingerprintFor, if set, computes this request's fingerprint with
+	// another algorithm version. When a stored fingerprint has another
+	// version than Fingerprint, the guard compares against FingerprintFor
+	// of that version, so that changing the algorithm never turns old keys
+	// into conflicts.
+	FingerprintFor func(version byte) (Fingerprint, bool)
+}
+
+// Guard runs operations at most once per key and replays their results.
+type Guard struct {
+	store store.Store
+	cfg   Config
+}
+
+// New returns a guard over s.
+func New(s store.Store, cfg *Config) (*Guard, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Guard{store: s, cfg: c}, nil
+}
+
+// claim is a granted claim.
+type claim struct {
+	fence store.Fence
+}
+
+// Do runs fn at most once for req's scope and fingerprint, and replays its
+// response to later calls, until the retention ends.
+//
+// Outcomes and errors:
+//   - Executed, nil: fn ran now and its response was stored.
+//   - Replayed, nil: a stored response is returned; fn did not run.
+//   - InFlight, ErrInFlight; Unknown, ErrOutcomeUnknown: someone holds the
+//     key; retry after Result.RetryAfter.
+//   - Conflict, ErrConflict: same key, other fingerprint.
+//   - Unavailable, ErrUnavailable: the store did not confirm a claim; fn
+//     did not run.
+//   - Executed, fn's error: fn failed; the claim was released so a retry may
+//     run it again (or kept until the lease ends if the error wraps
+//     ErrOutcomeUnknown).
+//   - Executed, another error: fn succeeded but its response could not be
+//     recorded (ErrFenced: the claim was lost meanwhile; ErrUnavailable: the
+//     store failed). Result.Response still holds fn's response.
+//
+// If fn panics, the claim is released and the panic continues.
+func (g *Guard) Do(ctx context.Context, req Request, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
+	c, res, err := g.claim(ctx, req)
+	if c == nil {
+		return res, err
+	}
+	resp, ferr := g.run(ctx, c, fn)
+	if ferr != nil {
+		return res, g.fail(ctx, c, ferr)
+	}
+	res.Response = resp
+	p := store.CompleteParams{Fence: c.fence, Response: resp, Retention: g.cfg.Retention}
+	err = g.store.Complete(ctx, p)
+	if err == nil {
+		return res, nil
+	}
+	if errors.Is(err, store.ErrFenced) {
+		return res, fmt.Errorf("complete: %w", ErrFenced)
+	}
+	// The completion may have been written although we saw an error. Read
+	// it back; never run fn again to find out.
+	return res, g.resolveComplete(ctx, p, err)
+}
+
+// claim asks the store for the key. It returns a non-nil claim when the
+// caller now holds the key, and otherwise the result and error to return.
+func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) {
+	if err := req.Scope.Validate(); err != nil {
+		return nil, Result{}, err
+	}
+	if len(req.Fingerprint) == 0 {
+		return nil, Result{}, fmt.Errorf("%w: empty fingerprint", ErrInvalidRequest)
+	}
+	p := store.ClaimParams{
+		Key:         req.Scope.StoreKey(),
+		Fingerprint: req.Fingerprint,
+		Owner:       rand.Text(),
+		Lease:       g.cfg.Lease,
+		Retention:   g.cfg.Retention,
+	}
+	cr, err := g.store.Claim(ctx, p)
+	if err != nil {
+		// The claim may have been written although we saw an error. Our
+		// owner token tells whether the record is ours.
+		rec, gerr := g.store.Get(ctx, p.Key)
+		if gerr != nil || rec.State != store.StateProcessing || rec.Owner != p.Owner {
+			return nil, Result{Outcome: Unavailable}, fmt.Errorf("%w: claim: %w", ErrUnavailable, err)
+		}
+		cr = store.ClaimResult{Claimed: true, Record: rec}
+	}
+	rec := cr.Record
+	if cr.Claimed {
+		return &claim{fence: store.Fence{Key: p.Key, Epoch: rec.Epoch, Owner: p.Owner}},
+			Result{Outcome: Executed, Epoch: rec.Epoch}, nil
+	}
+	if !bytes.Equal(rec.Fingerprint, req.Fingerprint) {
+		v := Fingerprint(rec.Fingerprint).Version()
+		if req.FingerprintFor != nil && v != req.Fingerprint.Version() {
+			if alt, ok := req.FingerprintFor(v); ok && bytes.Equal(alt, rec.Fingerprint) {
+				return g.claim(ctx, Request{Scope: req.Scope, Fingerprint: alt})
+			}
+		}
+		return nil, Result{Outcome: Conflict, Epoch: rec.Epoch}, ErrConflict
+	}
+	switch rec.State {
+	case store.StateDone:
+		return nil, Result{Outcome: Replayed, Response: rec.Response, Epoch: rec.Epoch}, nil
+	case store.StateProcessing:
+		res := Result{Outcome: InFlight, Epoch: rec.Epoch, RetryAfter: max(rec.LeaseUntil.Sub(cr.Now), 0)}
+		if rec.Unknown {
+			res.Outcome = Unknown
+			return nil, res, ErrOutcomeUnknown
+		}
+		return nil, res, ErrInFlight
+	}
+	return nil, Result{Outcome: Unavailable}, fmt.Errorf("%w: claim refused in state %v", ErrUnavailable, rec.State)
+}
+
+// run calls fn while a heartbeat keeps the lease alive. A panic in fn
+// releases the claim and continues.
+func (g *Guard) run(ctx context.Context, c *claim, fn func(context.Context) ([]byte, error)) (resp []byte, err error) {
+	ctx, stop := g.heartbeat(ctx, c)
+	defer stop()
+	defer func() {
+		if p := recover(); p != nil {
+			g.release(ctx, c)
+			panic(p)
+		}
+	}()
+	return fn(ctx)
+}
+
+// heartbeat extends c's lease every Config.Heartbeat until stop is called.
+// If the claim is lost, the returned context is cancelled with ErrFenced.
+func (g *Guard) heartbeat(ctx context.Context, c *claim) (context.Context, func()) {
+	if g.cfg.Heartbeat < 0 {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(g.cfg.Heartbeat, func() {
+		_, err := g.store.Extend(ctx, c.fence, g.cfg.Lease)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case stopped:
+			return
+		case errors.Is(err, store.ErrFenced):
+			cancel(ErrFenced)
+			return
+		case err != nil:
+			g.cfg.Logger.WarnContext(ctx, "idem: lease extension failed", "epoch", c.fence.Epoch, "err", err)
+		}
+		t.Reset(g.cfg.Heartbeat)
+	})
+	return ctx, func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// fail handles fn's error: release the claim so a retry may run, or keep it
+// until the lease ends when the outcome is unknown. It returns ferr.
+func (g *Guard) fail(ctx context.Context, c *claim, ferr error) error {
+	if errors.Is(ferr, ErrOutcomeUnknown) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if err := g.store.MarkUnknown(ctx, c.fence); err != nil {
+			g.cfg.Logger.WarnContext(ctx, "idem: marking outcome unknown failed; the lease still protects the key",
+				"epoch", c.fence.Epoch, "err", err)
+		}
+		return ferr
+	}
+	g.release(ctx, c)
+	return ferr
+}
+
+// release hands the claim back, even if ctx has ended.
+func (g *Guard) release(ctx context.Context, c *claim) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := g.store.Release(ctx, c.fence); err != nil {
+		g.cfg.Logger.WarnContext(ctx, "idem: release failed; the key frees when its lease ends",
+			"epoch", c.fence.Epoch, "err", err)
+	}
+}
+
+// resolveComplete decides, by reading, whether a completion whose answer was
+// an error took effect, and retries it once if it certainly did not.
+func (g *Guard) resolveComplete(ctx context.Context, p store.CompleteParams, cerr error) error {
+	for range 2 {
+		rec, err := g.store.Get(ctx, p.Key)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: complete: %w (and reading back: %w)", ErrUnavailable, cerr, err)
+		case rec.Epoch != p.Epoch || rec.Owner != p.Owner:
+			return fmt.Errorf("complete: %w", ErrFenced)
+		case rec.State == store.StateDone:
+			return nil
+		}
+		// Still ours and processing: the completion did not apply.
+		if cerr = g.store.Complete(ctx, p); cerr == nil {
+			return nil
+		} else if errors.Is(cerr, store.ErrFenced) {
+			return fmt.Errorf("complete: %w", ErrFenced)
+		}
+	}
+	g.cfg.Logger.WarnContext(ctx, "idem: response not recorded; the key frees when its lease ends",
+		"epoch", p.Epoch, "err", cerr)
+	return fmt.Errorf("%w: complete: %w", ErrUnavailable, cerr)
+}

@@ -1,0 +1,95 @@
+package key
+
+import (
+	"errors"
+	"time"
+)
+
+// Outcome says what Do did with a request.
+type Outcome uint8
+
+const (
+	// Executed: this call claimed the key and ran the operation. When Do also
+	// returns an error, the operation ran (or started) but its result was not
+	// recorded; the error says why.
+	Executed Outcome = iota + 1
+	// Replayed: the key was completed earlier with the same fingerprint; the
+	// stored response is returned and the operation did not run.
+	Replayed
+	// InFlight: another caller holds a live lease on the key. Retry after
+	// Result.RetryAfter.
+	InFlight
+	// Unknown: the holder ran the operation but does not know whether it
+	// took effect (an external call whose answer was lost). The key stays
+	// claimed until its lease ends; then the next caller runs it again.
+	Unknown
+	// Conflict: the key was used with another fingerprint (other content).
+	Conflict
+	// Unavailable: the store could not answer. The operation was not run:
+	// idem fails closed.
+	Unavailable
+)
+
+var outcomeNames = [...]string{"", "Executed", "Replayed", "InFlight", "Unknown", "Conflict", "Unavailable"}
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && o != 0 {
+		return outcomeNames[o]
+	}
+	return "Outcome(?)"
+}
+
+// Result is what Do answers.
+type Result struct {
+	// Outcome says what happened.
+	Outcome Outcome
+	// Response is the operation's response: the one it just returned
+	// (Executed) or the stored one (Replayed).
+	Response []byte
+	// Epoch is the claim's epoch (Executed) or the epoch that completed the
+	// record (Replayed), for logs and tests.
+	Epoch int64
+	// RetryAfter is how long the current lease has left (InFlight, Unknown).
+	RetryAfter time.Duration
+}
+
+// Sentinel errors, matched with errors.Is.
+var (
+	// ErrInFlight is returned with Outcome InFlight.
+	ErrInFlight = errors.New("idem: request with this key is in flight")
+	// ErrOutcomeUnknown is returned with Outcome Unknown. An operation
+	// returns an error wrapping it (see MarkUnknown) to say that it cannot
+	// tell whether it took effect: the claim is then kept until its lease
+	// ends instead of being released.
+	ErrOutcomeUnknown = errors.New("idem: outcome of the first attempt is unknown")
+	// ErrConflict is returned with Outcome Conflict.
+	ErrConflict = errors.New("idem: key reused with a different request")
+	// ErrUnavailable is returned with Outcome Unavailable, and wraps the
+	// store's error.
+	ErrUnavailable = errors.New("idem: store unavailable")
+	// ErrInvalidScope is returned when a Scope fails Validate; nothing is
+	// stored.
+	ErrInvalidScope = errors.New("idem: invalid scope")
+	// ErrInvalidRequest is returned for a request without a fingerprint.
+	ErrInvalidRequest = errors.New("idem: invalid request")
+	// ErrFenced is returned when the operation ran but its claim was taken
+	// over meanwhile (its lease ended), so its result was not recorded. In
+	// a transaction (TxGuard) the business writes were rolled back too.
+	ErrFenced = errors.New("idem: claim lost to a newer owner")
+)
+
+// MarkUnknown wraps err so that Do keeps the claim until its lease ends
+// instead of releasing it: use it when an external call may have taken
+// effect but its answer was lost (timeout, connection reset after sending).
+func MarkUnknown(err error) error {
+	if err == nil {
+		err = errors.New("outcome unknown")
+	}
+	return &unknownError{err}
+}
+
+type unknownError struct{ err error }
+
+func (e *unknownError) Error() string   { return "outcome unknown: " + e.err.Error() }
+func (e *unknownError) Unwrap() []error { return []error{e.err, ErrOutcomeUnknown} }

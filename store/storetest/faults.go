@@ -1,0 +1,148 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/key"
+)
+
+// exerciseFaults checks that a failing store never lets an operation run
+// without a confirmed claim, and that a write whose answer was lost is
+// resolved by reading, never by running again.
+func exerciseFaults(t *testing.T, newStore NewStore) {
+	ctx := context.Background()
+	setupFault := func(t *testing.T) (*fault.Store, *key.Guard, *Clock) {
+		b := setup(t, newStore)
+		fs := fault.Wrap(b.store)
+		return fs, newGuard(t, fs), b.clock
+	}
+
+	t.Run("StoreDownFailsClosed", func(t *testing.T) {
+		t.Parallel()
+		for _, plan := range []fault.Plan{
+			fault.Always(fault.Before, fault.Claim, fault.Get),
+			fault.Always(fault.Before, fault.Claim),
+		} {
+			fs, g, _ := setupFault(t)
+			fs.SetPlan(plan)
+			var c counter
+			res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+			mustOutcome(t, res, err, key.Unavailable, key.ErrUnavailable)
+			if !errors.Is(err, fault.ErrInjected) || c.n.Load() != 0 {
+				t.Fatalf("store down: err %v, runs %d", err, c.n.Load())
+			}
+			// Back up: the key was never claimed, so it runs now.
+			fs.SetPlan(nil)
+			res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+			mustOutcome(t, res, err, key.Executed, nil)
+		}
+	})
+
+	t.Run("ClaimCommittedAnswerLost", func(t *testing.T) {
+		t.Parallel()
+		fs, g, _ := setupFault(t)
+		fs.SetPlan(fault.Once(fault.After, fault.Claim))
+		var c counter
+		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
+		mustOutcome(t, res, err, key.Executed, nil)
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("again"))
+		mustOutcome(t, res, err, key.Replayed, nil)
+		if c.n.Load() != 1 || fs.Calls(fault.Get) == 0 {
+			t.Fatalf("runs %d, reads %d", c.n.Load(), fs.Calls(fault.Get))
+		}
+	})
+
+	t.Run("ClaimCommittedReadFails", func(t *testing.T) {
+		t.Parallel()
+		fs, g, clock := setupFault(t)
+		fs.SetPlan(func(op fault.Op) fault.Mode {
+			switch op {
+			case fault.Claim:
+				return fault.After
+			case fault.Get:
+				return fault.Before
+			}
+			return fault.Pass
+		})
+		var c counter
+		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+		mustOutcome(t, res, err, key.Unavailable, key.ErrUnavailable)
+		fs.SetPlan(nil)
+		// The orphaned claim holds the key until its lease ends, then frees it.
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+		mustOutcome(t, res, err, key.InFlight, key.ErrInFlight)
+		clock.Advance(testLease)
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+		mustOutcome(t, res, err, key.Executed, nil)
+		if res.Epoch != 2 || c.n.Load() != 1 {
+			t.Fatalf("epoch %d runs %d", res.Epoch, c.n.Load())
+		}
+	})
+
+	t.Run("CompleteCommittedAnswerLost", func(t *testing.T) {
+		t.Parallel()
+		fs, g, _ := setupFault(t)
+		fs.SetPlan(fault.Once(fault.After, fault.Complete))
+		var c counter
+		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
+		mustOutcome(t, res, err, key.Executed, nil)
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("again"))
+		mustOutcome(t, res, err, key.Replayed, nil)
+		if string(res.Response) != "paid" || c.n.Load() != 1 || fs.Calls(fault.Complete) != 1 {
+			t.Fatalf("response %q runs %d completes %d", res.Response, c.n.Load(), fs.Calls(fault.Complete))
+		}
+	})
+
+	t.Run("CompleteLostBeforeStoreIsRetriedOnce", func(t *testing.T) {
+		t.Parallel()
+		fs, g, _ := setupFault(t)
+		fs.SetPlan(fault.Once(fault.Before, fault.Complete))
+		var c counter
+		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
+		mustOutcome(t, res, err, key.Executed, nil)
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("again"))
+		mustOutcome(t, res, err, key.Replayed, nil)
+		if c.n.Load() != 1 || fs.Calls(fault.Complete) != 2 {
+			t.Fatalf("runs %d completes %d", c.n.Load(), fs.Calls(fault.Complete))
+		}
+	})
+
+	t.Run("CompleteImpossibleKeepsKeyHeld", func(t *testing.T) {
+		t.Parallel()
+		fs, g, clock := setupFault(t)
+		fs.SetPlan(fault.Always(fault.Before, fault.Complete))
+		var c counter
+		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
+		mustOutcome(t, res, err, key.Executed, key.ErrUnavailable)
+		if string(res.Response) != "paid" {
+			t.Fatalf("caller lost the response it produced: %q", res.Response)
+		}
+		fs.SetPlan(nil)
+		// Not released: the effect may have happened, so the key stays held
+		// until the lease ends (an external effect's downstream key absorbs
+		// the retry after that; a transactional one had no effect).
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+		mustOutcome(t, res, err, key.InFlight, key.ErrInFlight)
+		clock.Advance(testLease)
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+		mustOutcome(t, res, err, key.Executed, nil)
+	})
+
+	t.Run("ReleaseFailsKeyFreesAtLeaseEnd", func(t *testing.T) {
+		t.Parallel()
+		fs, g, clock := setupFault(t)
+		fs.SetPlan(fault.Always(fault.Before, fault.Release))
+		boom := errors.New("boom")
+		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), func(context.Context) ([]byte, error) { return nil, boom })
+		mustOutcome(t, res, err, key.Executed, boom)
+		var c counter
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+		mustOutcome(t, res, err, key.InFlight, key.ErrInFlight)
+		clock.Advance(testLease)
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+		mustOutcome(t, res, err, key.Executed, nil)
+	})
+}
