@@ -63,7 +63,7 @@ func ParseFingerprint(s string) (Fingerprint, error) {
 	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 		i++
 	}
-	if i == 1 || i >= len(s) || s[i] != ':' {
+	if i == 1 || i >= len(s) || s[i] != ':' || s[1] == '0' {
 		return nil, errors.New("key: fingerprint must look like v1:<hex>")
 	}
 	v, err := strconv.Atoi(s[1:i])

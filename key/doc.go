@@ -1,0 +1,68 @@
+// Package key makes an operation run at most once per idempotency key and
+// replays its first result to every retry.
+//
+// A request names its Scope (principal, operation, key) and a Fingerprint of
+// its content. Guard.Do claims the scope in the store, runs the operation,
+// and stores its response; a retry with the same scope and fingerprint gets
+// the stored response (Replayed), one with other content is refused
+// (Conflict), and one that arrives while the first still runs is told to
+// come back (InFlight). When the store cannot answer, nothing runs
+// (Unavailable): idem fails closed.
+//
+// TxGuard.DoTx runs the operation inside the store's transaction (SQLite,
+// PostgreSQL), so that its business writes and the stored response commit
+// together: a local effect then happens exactly once, whatever crashes.
+//
+// # The record's state machine
+//
+//	                 claim (new key, or expired record)
+//	   (absent) ─────────────────────────────────────────┐
+//	      ▲                                               ▼
+//	      │ retention ends        ┌──────────────── PROCESSING ◄─┐
+//	      │ (sweeper deletes)     │ complete        (epoch e,     │ takeover: lease ended,
+//	      │                       ▼                  owner o,     │ same fingerprint
+//	      ├──────────────────── DONE                 lease until) ┘ (epoch e+1, new owner)
+//	      │                    (response)               │
+//	      │                                             │ release (operation failed)
+//	      └──────────────────── RELEASED ◄──────────────┘
+//	                              │ claim, any fingerprint (epoch e+1)
+//	                              └──────────────► PROCESSING
+//
+// PROCESSING may also carry the Unknown mark (MarkUnknown): the holder ran an
+// external call and lost its answer. The mark changes what waiting callers
+// are told (Unknown rather than InFlight), not the transitions.
+//
+// # Invariants
+//
+//   - At most one live claim per key: a claim is granted only on an absent,
+//     expired or released record, or on a PROCESSING record whose lease has
+//     ended, and the store decides that in one atomic step.
+//   - Fencing: every write by a holder (complete, release, extend, mark
+//     unknown) is a compare-and-set on (epoch, owner, PROCESSING). A holder
+//     whose lease was taken over changes nothing and gets ErrFenced.
+//   - The epoch grows by one at every claim of a key that still has a record,
+//     so a later holder always has a larger epoch than an earlier one. The
+//     owner token is fresh at every claim, so even a holder whose record was
+//     swept and claimed afresh (epoch 1 again) is fenced.
+//   - Leases are measured on the store's clock (PostgreSQL now(), Redis TIME),
+//     never on the callers' clocks.
+//   - DONE is final until the retention ends; a retry never runs the
+//     operation again within it.
+//
+// # Failures
+//
+//   - The operation returns an error or panics: the claim is released at
+//     once and the retry runs it again (with the next epoch).
+//   - The operation returns an error wrapping ErrOutcomeUnknown (MarkUnknown):
+//     the claim is kept until the lease ends; meanwhile callers get Unknown
+//     with the time left; after it, the next caller runs it again.
+//   - The process dies while holding a claim: the lease ends and the next
+//     caller takes over. For a TxGuard operation nothing had committed; for
+//     an external effect the operation may run twice, so it must send a
+//     downstream key derived from business data.
+//   - A store call fails: a failed claim is read back (the owner token shows
+//     whether it landed) and otherwise reported Unavailable without running
+//     anything; a failed completion is read back and retried once, never
+//     resolved by running the operation again.
+//   - Validation failures, conflicts and in-flight duplicates store nothing.
+package key
