@@ -1,0 +1,79 @@
+package storetest
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/idemhq/idem/key"
+	"github.com/idemhq/idem/store"
+)
+
+// NewBenchStore returns an empty, isolated store on the store's own clock.
+type NewBenchStore func(b *testing.B) store.Store
+
+// Bench runs the engine's benchmarks on a store, the same on every store:
+//   - NewKey: a key seen for the first time (claim, run, complete);
+//   - Replay: a completed key asked again (one claim that reads the record);
+//   - Conflict: a completed key asked with other content.
+//
+// Each store's own bench_test.go sets these beside a hand-written baseline
+// doing the same work with the driver alone (insert-if-absent plus update;
+// a point read), so that the engine's cost is reported as a ratio measured
+// in the same run.
+func Bench(b *testing.B, newStore NewBenchStore) {
+	ctx := context.Background()
+	response := []byte(`{"id":"ch_1","amount":100,"status":"succeeded"}`)
+	op := func(context.Context) ([]byte, error) { return response, nil }
+	guard := func(b *testing.B) *key.Guard {
+		g, err := key.New(newStore(b), &key.Config{Heartbeat: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return g
+	}
+	request := func(k, body string) key.Request {
+		return key.Request{
+			Scope:       key.Scope{Principal: "bench", Operation: "POST /charges", Key: k},
+			Fingerprint: key.FingerprintOf([]byte(body)),
+		}
+	}
+
+	b.Run("NewKey", func(b *testing.B) {
+		g := guard(b)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			if res, err := g.Do(ctx, request("k"+strconv.Itoa(i), "100"), op); err != nil || res.Outcome != key.Executed {
+				b.Fatal(res.Outcome, err)
+			}
+		}
+	})
+	b.Run("Replay", func(b *testing.B) {
+		g := guard(b)
+		r := request("k", "100")
+		if _, err := g.Do(ctx, r, op); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if res, err := g.Do(ctx, r, op); err != nil || res.Outcome != key.Replayed {
+				b.Fatal(res.Outcome, err)
+			}
+		}
+	})
+	b.Run("Conflict", func(b *testing.B) {
+		g := guard(b)
+		if _, err := g.Do(ctx, request("k", "100"), op); err != nil {
+			b.Fatal(err)
+		}
+		r := request("k", "999")
+		b.ReportAllocs()
+		for b.Loop() {
+			if res, _ := g.Do(ctx, r, op); res.Outcome != key.Conflict {
+				b.Fatal(res.Outcome)
+			}
+		}
+	})
+}
