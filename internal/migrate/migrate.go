@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"log/slog"
 
@@ -36,7 +37,7 @@ type Result struct {
 // PostgreSQL it holds a session advisory lock, so concurrent callers apply
 // each migration once.
 func Up(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Logger) ([]Result, error) {
-	p, err := provider(db, d, fsys, logger)
+	p, err := provider(ctx, db, d, fsys, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -54,15 +55,41 @@ func Up(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Log
 // Pending reports whether db lacks any migration in fsys. Stores call it at
 // construction so that they refuse to run on a schema that is not theirs,
 // instead of migrating a shared database behind the operator's back.
+//
+// It writes nothing: on a database without the bookkeeping table (which
+// goose would create) every migration is pending.
 func Pending(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS) (bool, error) {
-	p, err := provider(db, d, fsys, nil)
+	exists, err := tableExists(ctx, db, d)
+	if err != nil {
+		return false, fmt.Errorf("migrate %s: %w", d, err)
+	}
+	p, err := provider(ctx, db, d, fsys, nil)
 	if err != nil {
 		return false, err
+	}
+	if !exists {
+		return len(p.ListSources()) > 0, nil
 	}
 	return p.HasPending(ctx)
 }
 
-func provider(db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Logger) (*goose.Provider, error) {
+// tableExists reports whether the bookkeeping table is visible (on
+// PostgreSQL: in the search_path).
+func tableExists(ctx context.Context, db *sql.DB, d Dialect) (bool, error) {
+	var found bool
+	var err error
+	switch d {
+	case SQLite:
+		err = db.QueryRowContext(ctx, `SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?`, TableName).Scan(&found)
+	case Postgres:
+		err = db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, TableName).Scan(&found)
+	default:
+		return false, fmt.Errorf("unknown dialect %q", d)
+	}
+	return found, err
+}
+
+func provider(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Logger) (*goose.Provider, error) {
 	opts := []goose.ProviderOption{
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithTableName(TableName),
@@ -76,7 +103,18 @@ func provider(db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Logger) (*goose.Pr
 		dialect = goose.DialectSQLite3
 	case Postgres:
 		dialect = goose.DialectPostgres
-		locker, err := lock.NewPostgresSessionLocker()
+		// One lock per schema, so that migrating one schema never waits for
+		// another; retried every second rather than goose's five.
+		var schema string
+		if err := db.QueryRowContext(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&schema); err != nil {
+			return nil, fmt.Errorf("migrate %s: %w", d, err)
+		}
+		h := fnv.New64a()
+		h.Write([]byte("idem migrate " + schema))
+		locker, err := lock.NewPostgresSessionLocker(
+			lock.WithLockID(int64(h.Sum64()>>1)),
+			lock.WithLockTimeout(1, 300),
+		)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,53 @@
+// Package pgstore is the PostgreSQL store for idem's request keys, on pgx v5.
+// Many idem processes may share one database: every state change is one
+// atomic statement, and every write by a claim holder is fenced by its
+// epoch and owner.
+//
+// # Opening
+//
+// The caller opens the pool, migrates once, and hands the pool to New:
+//
+//	pool, err := pgxpool.New(ctx, "postgres://idem@db/app")
+//	...
+//	if _, err := pgstore.Migrate(ctx, pool); err != nil { ... } // or `idem migrate`
+//	s, err := pgstore.New(pool, nil)
+//
+// The store works in the first schema of the pool's search_path (set it
+// with the search_path runtime parameter to keep idem's tables apart);
+// Migrate puts the tables and its version table idem_migrations there too.
+//
+// New never migrates and never writes: on a schema that lacks any of the
+// store's migrations it fails with ErrNotMigrated, because changing a shared
+// database is the operator's decision. Migrate takes an advisory lock, so
+// several processes starting together apply each migration once.
+//
+// # Clock
+//
+// Leases and expiry use one clock, the store's: by default the server's
+// clock_timestamp(), so that processes whose clocks disagree still agree on
+// who holds a key. Config.Now replaces it (tests pass a settable clock); the
+// reading is sent with each statement. Times are kept to the microsecond.
+//
+// # Transactions
+//
+// Store implements store.TxStore[pgx.Tx]. InTx begins a transaction on the
+// pool; the caller writes its business rows in it with the same pgx.Tx and
+// calls CompleteTx, so the effect and the stored response commit together
+// or not at all.
+//
+// # Statements
+//
+// The SQL is in sql/*.sql, one file per operation, and the schema in
+// migrations/. Claim is one statement: a replay or an in-flight duplicate
+// is answered by a read alone, a grant is an INSERT ... ON CONFLICT DO
+// UPDATE whose WHERE is the takeover rule, and a claim that loses a race
+// reads the winner's row under the lock the upsert took (see sql/claim.sql).
+// Sweep deletes expired records in batches with FOR UPDATE SKIP LOCKED, so
+// sweepers in several processes never wait on each other or on a claim.
+//
+// # Durability
+//
+// Capabilities().Durable is read from the server at New: false when fsync
+// or synchronous_commit is off, because a commit may then be lost in a crash
+// after it was acknowledged.
+package pgstore
