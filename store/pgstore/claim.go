@@ -22,6 +22,20 @@ const claimAttempts = 8
 // INSERT ... ON CONFLICT DO UPDATE whose WHERE is the takeover rule.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	key, fingerprint, owner := []byte(p.Key), orEmpty(p.Fingerprint), []byte(p.Owner)
+	// Replays and duplicates are the common case after the first request:
+	// answer them with a plain read (sql/peek.sql) and keep the claim
+	// statement, which plans and runs an upsert, for keys it may grant.
+	var (
+		row recordRow
+		now time.Time
+	)
+	err := s.pool.QueryRow(ctx, peekSQL, key, fingerprint, s.clock()).Scan(append(row.dest(), &now)...)
+	if err == nil {
+		return store.ClaimResult{Record: row.record(p.Key), Now: now.UTC()}, nil
+	}
+	if err = interpretError(err); !errors.Is(err, store.ErrNotFound) {
+		return store.ClaimResult{}, fmt.Errorf("idem/pgstore: claim %q: %w", p.Key, err)
+	}
 	for attempt := 1; attempt <= claimAttempts; attempt++ {
 		var (
 			row     recordRow
