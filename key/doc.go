@@ -15,18 +15,18 @@
 //
 // # The record's state machine
 //
-//	                 claim (new key, or expired record)
-//	   (absent) ─────────────────────────────────────────┐
-//	      ▲                                               ▼
-//	      │ retention ends        ┌──────────────── PROCESSING ◄─┐
-//	      │ (sweeper deletes)     │ complete        (epoch e,     │ takeover: lease ended,
-//	      │                       ▼                  owner o,     │ same fingerprint
-//	      ├──────────────────── DONE                 lease until) ┘ (epoch e+1, new owner)
-//	      │                    (response)               │
-//	      │                                             │ release (operation failed)
-//	      └──────────────────── RELEASED ◄──────────────┘
-//	                              │ claim, any fingerprint (epoch e+1)
-//	                              └──────────────► PROCESSING
+//	              claim (new key, or expired record)
+//	(absent) ─────────────────────────────────────────┐
+//	   ▲                                               ▼
+//	   │ retention ends        ┌──────────────── PROCESSING ◄─┐
+//	   │ (sweeper deletes)     │ complete        (epoch e,     │ takeover: lease ended,
+//	   │                       ▼                  owner o,     │ same fingerprint
+//	   ├──────────────────── DONE                 lease until) ┘ (epoch e+1, new owner)
+//	   │                    (response)               │
+//	   │                                             │ release (operation failed)
+//	   └──────────────────── RELEASED ◄──────────────┘
+//	                           │ claim, any fingerprint (epoch e+1)
+//	                           └──────────────► PROCESSING
 //
 // PROCESSING may also carry the Unknown mark (MarkUnknown): the holder ran an
 // external call and lost its answer. The mark changes what waiting callers

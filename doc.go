@@ -1,0 +1,26 @@
+// Package idem stops duplicate effects. Retries and redeliveries are
+// normal; charging a card twice is not.
+//
+// This root package holds no code, only the tour and runnable examples.
+// The packages:
+//
+//   - key: request keys. Guard.Do runs an operation at most once per
+//     (principal, operation, idempotency key) and replays its first result;
+//     TxGuard.DoTx commits the operation's own writes together with the
+//     stored result, for exactly-once local effects. key/doc.go draws the
+//     record's state machine.
+//   - store: the storage interface, with its sentinel errors and
+//     capabilities; store/storetest is the conformance suite every store
+//     passes.
+//   - store/sqlitestore: the embedded default (WAL, synchronous=FULL).
+//   - store/pgstore: PostgreSQL through pgx, for many processes.
+//   - store/redisstore: Redis, one Lua script per atomic step; it reports
+//     whether the server's persistence makes claims durable.
+//   - store/memstore: the in-memory reference model.
+//   - cmd/idem: the command (idem migrate, ...).
+//
+// The promise, as SYSTEM.md states it: a local effect (written to the same
+// SQL database, through DoTx) happens exactly once per key; an external
+// effect is attempted at least once, every attempt carrying the same
+// downstream key.
+package idem

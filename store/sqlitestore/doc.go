@@ -1,0 +1,67 @@
+// Package sqlitestore is idem's embedded default store: request-key records
+// in an SQLite file, through database/sql and modernc.org/sqlite (pure Go,
+// no cgo). Nothing to run beside the application, and the records can live
+// in the application's own database file, so that a business write and the
+// fenced completion of its request key commit in one transaction (InTx,
+// CompleteTx).
+//
+// # Opening
+//
+//	db, err := sqlitestore.Open("idem.db", nil) // WAL, synchronous=FULL
+//	if err != nil { ... }
+//	defer db.Close()
+//	if _, err := sqlitestore.Migrate(ctx, db); err != nil { ... }
+//	st, err := sqlitestore.New(db, nil)
+//	if err != nil { ... }
+//	defer st.Close() // its prepared statements; db stays open
+//
+// Open puts every setting in the DSN, so every pooled connection has it:
+// journal_mode=WAL, synchronous=FULL, busy_timeout (10 s), foreign_keys=ON,
+// and _txlock=immediate, so that read-write transactions take the write
+// lock at BEGIN. Callers that build their own pool use DSN with sql.Open.
+// New never migrates: it refuses a database with pending migrations, and
+// Migrate (or `idem migrate`) applies them.
+//
+// # Durability
+//
+// With WAL and synchronous=FULL every commit is synced to disk before it
+// returns: a claim or completion that returned survives a crash of the
+// process and of the machine, and Capabilities reports Durable. Weaker
+// settings (synchronous NORMAL or OFF, a journal mode other than WAL) are
+// refused by both Open and New unless the caller sets AllowWeakDurability in
+// OpenConfig and Config. With synchronous=NORMAL in WAL mode a process crash
+// loses nothing, but a power loss may undo the last commits: a request
+// whose answer was sent may run again. With OFF, or without a journal, a
+// power loss may also corrupt the file. Capabilities reports Durable false
+// for all of these.
+//
+// # One writer
+//
+// SQLite lets one connection write a file at a time; readers never wait in
+// WAL mode. Every write of the store holds the write lock for one short
+// statement (Claim: one upsert, plus a read when it grants nothing), so
+// writes take turns: inside one Store they queue in order on a semaphore,
+// and across processes (several idem processes may open one file) in
+// SQLite's lock, for at most the busy timeout, after which the call fails
+// with a plain error (the caller reports the store unavailable). Claims
+// that find a completed record or a live lease are answered from a
+// lock-free read, so replays do not queue behind writes. A transaction from
+// InTx holds the write lock until it ends: keep it short.
+//
+// # Records
+//
+// One row per key in table idem_keys (see migrations/): key, fingerprint
+// and owner as raw bytes; state, epoch and the Unknown flag as integers;
+// lease_until and expires_at in microseconds since the Unix epoch on the
+// store's clock (lease_until is 0 when no lease runs); the response. A
+// completed record with a 70-byte response takes about 250 bytes on disk,
+// indexes included. Every write by a holder is one UPDATE whose WHERE
+// compares key, epoch, owner and state, so a holder that lost its claim
+// changes nothing and gets store.ErrFenced. Sweep deletes expired records in
+// batches, oldest first, through the expires_at index.
+//
+// The statements live in sql/*.sql. Those run on the pool are prepared once
+// by New (compiling is a third of a point read's CPU time with this
+// driver); inside a transaction they run unprepared, so CompleteTx accepts a
+// transaction from any handle on the file.
+package sqlitestore
