@@ -12,6 +12,12 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
+// claimAttempts bounds how often Claim runs its upsert. The upsert grants
+// nothing and the record read after it is claimable only when another
+// process changed the record in between; the next attempt then decides
+// again.
+const claimAttempts = 8
+
 // Claim implements store.Store.
 //
 // It first reads the record without a lock. When that snapshot shows a
@@ -19,9 +25,10 @@ import (
 // lease), Claim answers from it: a claim at that instant would have changed
 // nothing, so the read is the whole atomic step and replays never wait for
 // the write lock. Otherwise the decision is made by one conditional upsert
-// (claim.sql) under the write lock, which re-checks every condition; when it
-// grants nothing (a concurrent claim won), the record that prevented it is
-// read in the same transaction.
+// (claim.sql) in its own implicit transaction, which re-checks every
+// condition. When it grants nothing, the record that prevented it is read
+// back; if that record is claimable again (another process released or
+// changed it in between), the upsert runs again.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	now := s.clock()
 	rec, err := readRecord(ctx, nil, s.stmts.read, p.Key)
@@ -33,27 +40,36 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	case !errors.Is(err, store.ErrNotFound):
 		return store.ClaimResult{}, opError("claim", p.Key, err)
 	}
-
-	var res store.ClaimResult
-	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		var err error
-		res, err = s.claimTx(ctx, tx, p)
-		return err
-	})
-	if err != nil {
-		return store.ClaimResult{}, opError("claim", p.Key, err)
+	for range claimAttempts {
+		var (
+			res  store.ClaimResult
+			done bool
+		)
+		err := s.withWrite(ctx, func() error {
+			var err error
+			res, done, err = s.claimOnce(ctx, p)
+			return err
+		})
+		if err != nil {
+			return store.ClaimResult{}, opError("claim", p.Key, err)
+		}
+		if done {
+			return res, nil
+		}
 	}
-	return res, nil
+	return store.ClaimResult{}, opError("claim", p.Key,
+		fmt.Errorf("no answer after %d attempts: the record keeps changing", claimAttempts))
 }
 
-// claimTx is the write path of Claim, inside a transaction that holds the
-// write lock.
-func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) (store.ClaimResult, error) {
-	now := s.clock() // read under the lock: lease times start when we decide
+// claimOnce runs the upsert once, holding this store's turn to write. done
+// is false when the upsert granted nothing and the record read back is
+// claimable after all (changed by another process in between).
+func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams) (res store.ClaimResult, done bool, err error) {
+	now := s.clock() // read in our turn: lease times start when we decide
 	fp := nonNil(p.Fingerprint)
 	leaseUntil, expiresAt := addMicros(now, p.Lease), addMicros(now, p.Retention)
 	var epoch int64
-	err := tx.QueryRowContext(ctx, claimSQL,
+	err = s.stmts.claim.queryRow(ctx, nil,
 		sql.Named("key", []byte(p.Key)),
 		sql.Named("fingerprint", fp),
 		sql.Named("owner", []byte(p.Owner)),
@@ -75,16 +91,20 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, p store.ClaimParams) (s
 				ExpiresAt:   fromMicros(expiresAt),
 			},
 			Now: now,
-		}, nil
+		}, true, nil
 	case store.ErrNotFound: // the upsert granted nothing
-		rec, err := readRecord(ctx, tx, s.stmts.read, p.Key)
-		if err != nil {
-			// The row exists: the upsert would have inserted it otherwise.
-			return store.ClaimResult{}, fmt.Errorf("reading the record that refused the claim: %w", err)
+		rec, err := readRecord(ctx, nil, s.stmts.read, p.Key)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return store.ClaimResult{}, false, nil // deleted by another process meanwhile
+		case err != nil:
+			return store.ClaimResult{}, false, fmt.Errorf("reading the record that refused the claim: %w", err)
+		case claimable(rec, fp, now):
+			return store.ClaimResult{}, false, nil
 		}
-		return store.ClaimResult{Record: rec, Now: now}, nil
+		return store.ClaimResult{Record: rec, Now: now}, true, nil
 	default:
-		return store.ClaimResult{}, err
+		return store.ClaimResult{}, false, err
 	}
 }
 

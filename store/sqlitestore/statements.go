@@ -36,10 +36,9 @@ type stmt struct {
 	pool  *sql.Stmt
 }
 
-// statements are the store's prepared statements. Claim's upsert only ever
-// runs in a transaction, behind a disk sync, so it is not among them.
+// statements are the store's prepared statements.
 type statements struct {
-	read, get, complete, release, extend, markUnknown, sweep stmt
+	claim, read, get, complete, release, extend, markUnknown, sweep stmt
 }
 
 func prepare(ctx context.Context, db *sql.DB) (*statements, error) {
@@ -48,7 +47,7 @@ func prepare(ctx context.Context, db *sql.DB) (*statements, error) {
 		dst   *stmt
 		query string
 	}{
-		{&st.read, readSQL}, {&st.get, getSQL}, {&st.complete, completeSQL},
+		{&st.claim, claimSQL}, {&st.read, readSQL}, {&st.get, getSQL}, {&st.complete, completeSQL},
 		{&st.release, releaseSQL}, {&st.extend, extendSQL},
 		{&st.markUnknown, markUnknownSQL}, {&st.sweep, sweepSQL},
 	} {
@@ -64,7 +63,7 @@ func prepare(ctx context.Context, db *sql.DB) (*statements, error) {
 
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range []stmt{st.read, st.get, st.complete, st.release, st.extend, st.markUnknown, st.sweep} {
+	for _, s := range []stmt{st.claim, st.read, st.get, st.complete, st.release, st.extend, st.markUnknown, st.sweep} {
 		if s.pool != nil {
 			errs = append(errs, s.pool.Close())
 		}
