@@ -1,6 +1,8 @@
 package main
 
 import (
+	"go.uber.org/goleak"
+
 	"bytes"
 	"context"
 	"database/sql"
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envPoint) != "" {
 		os.Exit(childMain())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // testLease is the lease of the tests' guards. It is long on purpose: tests

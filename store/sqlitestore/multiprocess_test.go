@@ -1,6 +1,8 @@
 package sqlitestore
 
 import (
+	"go.uber.org/goleak"
+
 	"bufio"
 	"context"
 	"encoding/json"
@@ -28,7 +30,7 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
 		os.Exit(childMain(path))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // claimLine is one claim answer reported by a child.
