@@ -3,7 +3,6 @@ package pgstore_test
 import (
 	"context"
 	"crypto/rand"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,18 +33,11 @@ func setup(t testing.TB) (*pgstore.Store, *testBundle) {
 	return newStore(t, pool, clock.Now), &testBundle{pool: pool, clock: clock}
 }
 
-// migrating serialises this package's migrations. The migrator's advisory
-// lock is one per database, not per schema, and a migrator that finds it
-// taken retries only every 5 seconds; parallel tests would mostly wait.
-var migrating sync.Mutex
-
 // migratedPool returns a pool on a fresh schema with the store's migrations
 // applied.
 func migratedPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	pool := testdb.Postgres(t)
-	migrating.Lock()
-	defer migrating.Unlock()
 	if _, err := pgstore.Migrate(context.Background(), pool); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}

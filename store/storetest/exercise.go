@@ -340,6 +340,34 @@ func Exercise(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("EpochFencesEvenWithRepeatedOwner", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore)
+		// The guard never repeats an owner token, but the epoch alone must
+		// still fence: a caller with its own tokens relies on it.
+		p := store.ClaimParams{Key: "k", Fingerprint: []byte("fp"), Owner: "same", Lease: testLease, Retention: testRetention}
+		if r, err := b.store.Claim(ctx, p); err != nil || !r.Claimed {
+			t.Fatal(r, err)
+		}
+		if err := b.store.Release(ctx, store.Fence{Key: "k", Epoch: 1, Owner: "same"}); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := b.store.Claim(ctx, p); err != nil || !r.Claimed || r.Record.Epoch != 2 {
+			t.Fatal(r, err)
+		}
+		old := store.Fence{Key: "k", Epoch: 1, Owner: "same"}
+		if err := b.store.Complete(ctx, store.CompleteParams{Fence: old, Response: []byte("old"), Retention: testRetention}); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("complete with the old epoch: %v", err)
+		}
+		if err := b.store.MarkUnknown(ctx, old); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("mark unknown with the old epoch: %v", err)
+		}
+		rec, err := b.store.Get(ctx, "k")
+		if err != nil || rec.State != store.StateProcessing || rec.Epoch != 2 || rec.Unknown {
+			t.Fatalf("old epoch changed the record: %+v %v", rec, err)
+		}
+	})
+
 	t.Run("ExtendKeepsLeaseAndRecord", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, newStore)

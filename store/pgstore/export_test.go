@@ -1,0 +1,5 @@
+package pgstore
+
+// ClaimSQL lets tests drive the claim statement without the read in front
+// of it, as a race between that read and the statement would.
+var ClaimSQL = claimSQL
