@@ -101,6 +101,7 @@ func BenchmarkDiskPerRecord(b *testing.B) {
 	fingerprint := sha256.Sum256([]byte("100"))
 	var n atomic.Int64
 	b.ResetTimer()
+	b.SetParallelism(8) // 16 goroutines on 2 CPUs: the pool, not the CPUs, bounds it
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			sum := sha256.Sum256([]byte("k" + strconv.FormatInt(n.Add(1), 10)))
