@@ -1,0 +1,233 @@
+package httpidem
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemhq/idem/key"
+)
+
+// quoteKey writes k as an sf-string.
+func quoteKey(k string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k) + `"`
+}
+
+// FuzzParseKey: whatever the header line, an accepted key is 1 to 255
+// bytes of printable ASCII; a bare key is the trimmed line itself; the
+// quoted form of any accepted key names the same key, and so does the bare
+// form when it has one; two lines are always refused.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"abc", `"abc"`, " abc\t", `"a b"`, `"a\"b\\c"`, "a b", "", `""`, `"abc`,
+		`"abc";x=1`, "ключ", "a\x00", strings.Repeat("k", 255), strings.Repeat("k", 256), `"\x"`, `a"b`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		if _, err := parseKey([]string{line, line}); err == nil {
+			t.Fatalf("two lines accepted")
+		}
+		k, err := parseKey([]string{line})
+		if err != nil {
+			var ke *keyError
+			if k != "" || !(errors.Is(err, errKeyEmpty) || errors.As(err, &ke)) {
+				t.Fatalf("parseKey(%q) = %q, %v", line, k, err)
+			}
+			return
+		}
+		if len(k) < 1 || len(k) > key.MaxKeyLen {
+			t.Fatalf("key %q is %d bytes", k, len(k))
+		}
+		for i := 0; i < len(k); i++ {
+			if k[i] < 0x20 || k[i] > 0x7e {
+				t.Fatalf("key %q has byte 0x%02x", k, k[i])
+			}
+		}
+		trimmed := strings.Trim(line, " \t")
+		if trimmed[0] != '"' && (k != trimmed || strings.Contains(k, " ")) {
+			t.Fatalf("bare line %q gave key %q", line, k)
+		}
+		if q, err := parseKey([]string{quoteKey(k)}); err != nil || q != k {
+			t.Fatalf("quoted %q gave %q, %v; want %q", quoteKey(k), q, err, k)
+		}
+		if !strings.Contains(k, " ") && k[0] != '"' {
+			if b, err := parseKey([]string{k}); err != nil || b != k {
+				t.Fatalf("bare %q gave %q, %v", k, b, err)
+			}
+		}
+	})
+}
+
+// FuzzCanonicalQuery: the canonical query is a fixed point, does not
+// depend on the order of the pairs, and (when net/url can parse the query)
+// holds the same pairs.
+func FuzzCanonicalQuery(f *testing.F) {
+	for _, s := range []string{"", "a=1&b=2", "b=2&a=1", "a=%31", "a=1&a=0", "a+b=c%20d", "a", "a=", "&&a=1&",
+		"%zz=1", "a=%", "x=%2F%2f", "k=v;w", "%E2%82%AC=%e2%82%ac", "a=1=2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		c := canonicalQuery(raw)
+		if !bytes.HasPrefix(c, []byte("q:")) {
+			if !bytes.Equal(c, append([]byte("r:"), raw...)) {
+				t.Fatalf("undecodable %q gave %q", raw, c)
+			}
+			return
+		}
+		if again := canonicalQuery(string(c[2:])); !bytes.Equal(again, c) {
+			t.Fatalf("not a fixed point: %q -> %q -> %q", raw, c, again)
+		}
+		segs := strings.Split(raw, "&")
+		slices.Reverse(segs)
+		if rev := canonicalQuery(strings.Join(segs, "&")); !bytes.Equal(rev, c) {
+			t.Fatalf("order matters: %q -> %q, reversed -> %q", raw, c, rev)
+		}
+		want, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		got, err := url.ParseQuery(string(c[2:]))
+		if err != nil {
+			t.Fatalf("canonical %q does not parse: %v", c, err)
+		}
+		for _, v := range want {
+			slices.Sort(v)
+		}
+		if !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Fatalf("%q: canonical %q holds %v, want %v", raw, c, got, want)
+		}
+	})
+}
+
+func decodeAny(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%q does not decode: %v", b, err)
+	}
+	return v
+}
+
+// walk follows path through a decoded JSON value as lookup does.
+func walk(v any, path []string) (any, bool) {
+	for _, seg := range path {
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[seg]; !ok {
+				return nil, false
+			}
+		case []any:
+			n, err := strconv.Atoi(seg)
+			if err != nil || n < 0 || strconv.Itoa(n) != seg || n >= len(x) {
+				return nil, false
+			}
+			v = x[n]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// FuzzCanonicalJSON: an accepted body's canonical form is valid JSON,
+// means the same as the body (so two bodies with one canonical form are
+// the same data: no collisions), is a fixed point, and is what every
+// member lookup agrees with.
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[1.0,2e0,"x"]}`, ` {"a" : {"c":null,"b":true}} `, `"\u00e9\ud83d\ude00"`,
+		`[0.30000000000000004,1e21,-0,1E-7]`, `{"a":1,"a":2}`, `{"abc`, `[1 2]`, `"\ud800\u0041"`, `9007199254740993`,
+		`{"\u0061":1,"b":{"0":[{"x":1}]}}`, `[]`, `{}`, "", `{"a":"\u0000\u001f\u007f/"}`, `123456789012345.6`} {
+		f.Add([]byte(s), "a")
+	}
+	f.Add([]byte(`{"b":{"0":[{"x":1}]}}`), "b.0.0.x")
+	f.Add([]byte(`[[1],[2,{"k":"v"}]]`), "1.1.k")
+	f.Fuzz(func(t *testing.T, body []byte, path string) {
+		c, err := canonicalBody(body)
+		if err != nil {
+			var be *bodyError
+			if !errors.As(err, &be) {
+				t.Fatalf("error of another type: %v", err)
+			}
+			return
+		}
+		trimmed := trimJSONSpace(body)
+		if len(trimmed) == 0 {
+			if len(c) != 0 {
+				t.Fatalf("empty body gave %q", c)
+			}
+			return
+		}
+		if !json.Valid(c) || checkIJSON(c) != nil {
+			t.Fatalf("%q -> canonical %q is not I-JSON", body, c)
+		}
+		if again, err := canonicalBody(c); err != nil || !bytes.Equal(again, c) {
+			t.Fatalf("not a fixed point: %q -> %q -> %q, %v", body, c, again, err)
+		}
+		want := decodeAny(t, body)
+		if got := decodeAny(t, c); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q -> %q changed the data: %#v, want %#v", body, c, got, want)
+		}
+		if path == "" {
+			return
+		}
+		segs := strings.Split(path, ".")
+		raw, found := lookup(trimmed, segs)
+		ref, ok := walk(want, segs)
+		if found != ok {
+			t.Fatalf("lookup(%q, %q) found=%v, decoded says %v", body, path, found, ok)
+		}
+		if found {
+			if got := decodeAny(t, raw); !reflect.DeepEqual(got, ref) {
+				t.Fatalf("lookup(%q, %q) = %q, want %#v", body, path, raw, ref)
+			}
+			if _, err := canonical(raw); err != nil {
+				t.Fatalf("member %q of accepted body does not canonicalise: %v", raw, err)
+			}
+		}
+	})
+}
+
+// FuzzStoredResponse: the decoder never panics, and what it accepts
+// encodes back to something that decodes the same.
+func FuzzStoredResponse(f *testing.F) {
+	h := http.Header{"Content-Type": {"text/plain"}, "Location": {"/a", "/b"}}
+	f.Add(encodeResponse(201, h, []string{"Content-Type", "Location"}, []byte("body\x00")))
+	f.Add(encodeResponse(200, nil, nil, nil))
+	f.Add(encodeMarker(200))
+	f.Add([]byte{1, 1, 0, 200, 1, 1})
+	f.Add([]byte{2, 1, 0, 200, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sr, err := decodeResponse(b)
+		if err != nil {
+			return
+		}
+		var again []byte
+		if sr.marker {
+			again = encodeMarker(sr.status)
+		} else {
+			names := slices.Sorted(func(yield func(string) bool) {
+				for n := range sr.header {
+					if !yield(n) {
+						return
+					}
+				}
+			})
+			again = encodeResponse(sr.status, sr.header, names, sr.body)
+		}
+		sr2, err := decodeResponse(again)
+		if err != nil {
+			t.Fatalf("re-encoded %q does not decode: %v", again, err)
+		}
+		if sr2.marker != sr.marker || sr2.status != sr.status || !bytes.Equal(sr2.body, sr.body) ||
+			len(sr2.header) != len(sr.header) || (len(sr.header) > 0 && !reflect.DeepEqual(sr2.header, sr.header)) {
+			t.Fatalf("round trip changed %+v into %+v", sr, sr2)
+		}
+	})
+}

@@ -1,0 +1,340 @@
+package httpidem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/idemhq/idem/key"
+)
+
+// Middleware puts request keys in front of net/http handlers. It is safe
+// for concurrent use. Build it with New or NewTx.
+type Middleware struct {
+	s settings
+	// run is the guard: Guard.Do or TxGuard.DoTx, with fn's tx as any.
+	run func(ctx context.Context, req key.Request, fn func(ctx context.Context, tx any) ([]byte, error)) (key.Result, error)
+}
+
+// New returns middleware over g, for handlers whose effects are not written
+// in the store's database (or that need no transaction).
+func New(g *key.Guard, cfg *Config) (*Middleware, error) {
+	if g == nil {
+		return nil, errors.New("httpidem: New: guard is nil")
+	}
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	return &Middleware{s: s, run: func(ctx context.Context, req key.Request, fn func(context.Context, any) ([]byte, error)) (key.Result, error) {
+		return g.Do(ctx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, nil) })
+	}}, nil
+}
+
+// NewTx returns middleware over a transactional guard: each handler runs
+// inside the store's transaction, which it gets with TxFrom[TX]; its writes
+// and the stored response commit together, and a response that is not
+// stored (see doc.go) rolls them back.
+func NewTx[TX any](g *key.TxGuard[TX], cfg *Config) (*Middleware, error) {
+	if g == nil {
+		return nil, errors.New("httpidem: NewTx: guard is nil")
+	}
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	return &Middleware{s: s, run: func(ctx context.Context, req key.Request, fn func(context.Context, any) ([]byte, error)) (key.Result, error) {
+		return g.DoTx(ctx, req, func(ctx context.Context, tx TX) ([]byte, error) { return fn(ctx, tx) })
+	}}, nil
+}
+
+// Wrap returns h behind the middleware; m.Wrap is a
+// func(http.Handler) http.Handler. Wrap a route's handler (the operation
+// is then its pattern), or a whole *http.ServeMux (the middleware asks the
+// mux for the pattern), or any other handler (the operation is the path).
+func (m *Middleware) Wrap(h http.Handler) http.Handler {
+	mux, _ := h.(*http.ServeMux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, h, mux) })
+}
+
+func (m *Middleware) outcome(r *http.Request, o Outcome) {
+	if m.s.OnOutcome != nil {
+		m.s.OnOutcome(r, o)
+	}
+}
+
+func (m *Middleware) passThrough(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	defer m.outcome(r, OutcomePassthrough)
+	h.ServeHTTP(w, r)
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handler, mux *http.ServeMux) {
+	if !slices.Contains(m.s.methods, r.Method) {
+		h.ServeHTTP(w, r)
+		return
+	}
+	principal, ok := m.s.Principal(r)
+	if !ok || principal == "" {
+		m.passThrough(w, r, h)
+		return
+	}
+	k, err := parseKey(r.Header[HeaderKey])
+	switch {
+	case errors.Is(err, errKeyAbsent) && !m.s.RequireKey:
+		m.passThrough(w, r, h)
+		return
+	case errors.Is(err, errKeyAbsent):
+		m.problem(w, r, OutcomeMissingKey, SlugKeyMissing, http.StatusBadRequest,
+			"this endpoint requires an Idempotency-Key header")
+		return
+	case errors.Is(err, errKeyEmpty):
+		m.problem(w, r, OutcomeMissingKey, SlugKeyMissing, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		m.problem(w, r, OutcomeInvalidKey, SlugKeyInvalid, http.StatusBadRequest, err.Error())
+		return
+	}
+	body, err := m.readBody(w, r)
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			m.problem(w, r, OutcomeBodyTooLarge, SlugBodyTooLarge, http.StatusRequestEntityTooLarge,
+				"the request body is larger than "+strconv.FormatInt(m.s.MaxBody, 10)+" bytes")
+		} else {
+			m.problem(w, r, OutcomeInvalidBody, SlugBodyUnreadable, http.StatusBadRequest,
+				"the request body could not be read")
+		}
+		return
+	}
+	fp, err := m.s.fingerprint(r, body)
+	if err != nil {
+		m.problem(w, r, OutcomeInvalidBody, SlugBodyInvalidJSON, http.StatusBadRequest, err.Error())
+		return
+	}
+	req := key.Request{
+		Scope:       key.Scope{Principal: principal, Operation: m.operation(r, mux), Key: k},
+		Fingerprint: fp,
+	}
+	m.guarded(w, r, h, req, body)
+}
+
+// operation names the request's operation (see Config.Operation).
+func (m *Middleware) operation(r *http.Request, mux *http.ServeMux) string {
+	if m.s.Operation != nil {
+		if op := m.s.Operation(r); op != "" {
+			return op
+		}
+	}
+	p := r.Pattern
+	if p == "" && mux != nil {
+		_, p = mux.Handler(r)
+	}
+	if p == "" {
+		return r.Method + " " + r.URL.Path
+	}
+	// A pattern is "[METHOD ][HOST]/[PATH]": drop the method, r.Method says it.
+	if !strings.HasPrefix(p, "/") {
+		if i := strings.IndexAny(p, " \t"); i >= 0 {
+			p = strings.TrimLeft(p[i:], " \t")
+		}
+	}
+	return r.Method + " " + p
+}
+
+// readBody reads the whole body, at most MaxBody bytes: a longer one (by
+// its Content-Length, or once MaxBody+1 bytes were read) is an
+// *http.MaxBytesError, and no more of it is read. The limit goes through
+// http.MaxBytesReader so that the server closes the connection after the
+// answer instead of draining the rest. The body's bytes are read as sent:
+// a Content-Encoding is never decoded.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > m.s.MaxBody {
+		return nil, &http.MaxBytesError{Limit: m.s.MaxBody}
+	}
+	// Trust a declared length for the first allocation only up to a point:
+	// a client that declares MaxBody and sends nothing costs little.
+	size := 512
+	if r.ContentLength >= 0 {
+		size = int(min(r.ContentLength+1, 256<<10)) // +1: room for the read that sees EOF
+	}
+	buf := make([]byte, 0, size)
+	rd := http.MaxBytesReader(w, r.Body, m.s.MaxBody)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			return nil, err
+		}
+	}
+}
+
+// exchange connects the request's goroutine, which runs the handler, with
+// the goroutine that runs the guard, whose fn waits while the handler runs.
+// Running the guard beside the handler (instead of the handler inside fn)
+// lets the middleware complete the key in the middle of the handler, when
+// its response outgrows MaxResponse, before any byte of it is sent; and
+// the handler keeps the request's goroutine, so a panic unwinds as usual.
+type exchange struct {
+	claimed chan claimed   // guard → request: the key is ours
+	handled chan handled   // request → guard: what fn returns
+	done    chan guardDone // guard → request: what the guard returned
+}
+
+type claimed struct {
+	ctx context.Context // fn's context: cancelled with key.ErrFenced if the claim is lost
+	tx  any
+}
+
+type handled struct {
+	resp []byte
+	err  error
+}
+
+type guardDone struct {
+	res key.Result
+	err error
+}
+
+// errNotStored is fn's error for a response that is not stored: the guard
+// releases the claim (and rolls a transaction back).
+var errNotStored = errors.New("httpidem: response status is not stored")
+
+// errHandlerPanicked is fn's error when the handler panicked.
+var errHandlerPanicked = errors.New("httpidem: handler panicked")
+
+func (m *Middleware) guarded(w http.ResponseWriter, r *http.Request, h http.Handler, req key.Request, body []byte) {
+	ex := &exchange{claimed: make(chan claimed), handled: make(chan handled), done: make(chan guardDone, 1)}
+	// The guard's context does not end with the client's connection: a
+	// claim whose handler ran must be completed (or released) even if the
+	// client has gone.
+	gctx := context.WithoutCancel(r.Context())
+	go func() {
+		res, err := m.run(gctx, req, func(ctx context.Context, tx any) ([]byte, error) {
+			ex.claimed <- claimed{ctx: ctx, tx: tx}
+			h := <-ex.handled
+			return h.resp, h.err
+		})
+		ex.done <- guardDone{res, err}
+	}()
+	var c claimed
+	select {
+	case c = <-ex.claimed:
+	case d := <-ex.done:
+		m.answer(w, r, d.res, d.err)
+		return
+	}
+
+	st := &reqState{tx: c.tx}
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), stateKey{}, st))
+	defer cancel(nil)
+	// If the heartbeat finds the claim taken over, the handler's context
+	// ends with key.ErrFenced, so it can stop before doing more harm.
+	stopFence := context.AfterFunc(c.ctx, func() {
+		if cause := context.Cause(c.ctx); errors.Is(cause, key.ErrFenced) {
+			cancel(cause)
+		}
+	})
+	r2 := r.WithContext(ctx)
+	r2.Body = http.NoBody
+	if len(body) > 0 {
+		r2.Body = io.NopCloser(bytes.NewReader(body))
+		r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	cw := &capture{
+		m: m, w: w, r: r, st: st, ex: ex, stopFence: stopFence,
+		h: w.Header().Clone(), max: int(m.s.MaxResponse),
+	}
+	if cw.h == nil {
+		cw.h = http.Header{}
+	}
+	m.execute(cw, h, r2)
+}
+
+// execute runs the handler into cw and settles the key. A panic (or
+// runtime.Goexit) in the handler releases the claim, then goes on
+// unchanged, as if there were no middleware: net/http logs it (except
+// http.ErrAbortHandler) and drops the connection.
+func (m *Middleware) execute(cw *capture, h http.Handler, r *http.Request) {
+	returned := false
+	defer func() {
+		if !returned && !cw.handedOver {
+			cw.hand(handled{err: errHandlerPanicked})
+			m.outcome(cw.r, OutcomeReleased)
+		}
+	}()
+	h.ServeHTTP(cw, r)
+	returned = true
+	cw.finish()
+}
+
+// answer writes the response to a request whose handler did not run.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, res key.Result, err error) {
+	switch res.Outcome {
+	case key.Replayed:
+		m.replay(w, r, res.Response)
+	case key.InFlight:
+		ra := retryAfter(res.RetryAfter)
+		w.Header().Set("Retry-After", ra)
+		m.problem(w, r, OutcomeInFlight, SlugRequestInFlight, http.StatusConflict,
+			"a request with this Idempotency-Key is still being processed; retry after "+ra+" s")
+	case key.Unknown:
+		ra := retryAfter(res.RetryAfter)
+		w.Header().Set("Retry-After", ra)
+		m.problem(w, r, OutcomeUnknown, SlugOutcomeUnknown, http.StatusConflict,
+			"the first request with this Idempotency-Key may or may not have taken effect; "+
+				"it is retried after its lease ends, in "+ra+" s")
+	case key.Conflict:
+		m.problem(w, r, OutcomeConflict, SlugKeyReused, http.StatusUnprocessableEntity,
+			"this Idempotency-Key was used with a different request (method, path, query, headers or body); use a new key")
+	default: // Unavailable, or anything the guard did not expect
+		m.s.Logger.WarnContext(r.Context(), "httpidem: store unavailable; request refused", "err", err)
+		m.unavailable(w, r)
+	}
+}
+
+func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Retry-After", "1")
+	m.problem(w, r, OutcomeUnavailable, SlugStoreUnavailable, http.StatusServiceUnavailable,
+		"the idempotency store could not confirm this request; retry with the same Idempotency-Key")
+}
+
+// replay writes a stored response (or the not-stored marker's 409).
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, resp []byte) {
+	sr, err := decodeResponse(resp)
+	if err != nil {
+		m.s.Logger.ErrorContext(r.Context(), "httpidem: stored response unreadable", "err", err)
+		m.problem(w, r, OutcomeUnavailable, SlugStoredResponseUnreadable, http.StatusInternalServerError,
+			"the stored response to this Idempotency-Key cannot be read")
+		return
+	}
+	if sr.marker {
+		m.problem(w, r, OutcomeResponseNotStored, SlugResponseNotStored, http.StatusConflict,
+			"the first request with this Idempotency-Key completed, but its response ("+strconv.Itoa(sr.status)+
+				") was too large to store; it is not run again")
+		return
+	}
+	h := w.Header()
+	for name, vals := range sr.header {
+		h[name] = vals
+	}
+	h.Set(HeaderReplayed, "true")
+	if bodyAllowed(sr.status) {
+		h.Set("Content-Length", strconv.Itoa(len(sr.body)))
+	}
+	w.WriteHeader(sr.status)
+	_, _ = w.Write(sr.body)
+	m.outcome(r, OutcomeReplayed)
+}
