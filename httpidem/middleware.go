@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -248,10 +249,13 @@ func (m *Middleware) guarded(w http.ResponseWriter, r *http.Request, h http.Hand
 		}
 	})
 	r2 := r.WithContext(ctx)
-	r2.Body = http.NoBody
+	r2.Body, r2.GetBody = http.NoBody, nil
 	if len(body) > 0 {
+		// No GetBody: with it, net/http's client silently sends a request
+		// that carries an Idempotency-Key again when a reused connection
+		// breaks after writing it, and a handler forwarding the request
+		// would deliver it twice without knowing.
 		r2.Body = io.NopCloser(bytes.NewReader(body))
-		r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	cw := &capture{
 		m: m, w: w, r: r, st: st, ex: ex, stopFence: stopFence,
@@ -266,11 +270,20 @@ func (m *Middleware) guarded(w http.ResponseWriter, r *http.Request, h http.Hand
 // execute runs the handler into cw and settles the key. A panic (or
 // runtime.Goexit) in the handler releases the claim, then goes on
 // unchanged, as if there were no middleware: net/http logs it (except
-// http.ErrAbortHandler) and drops the connection.
+// http.ErrAbortHandler) and drops the connection. If the handler had called
+// MarkUnknown before it panicked (httputil.ReverseProxy panics with
+// http.ErrAbortHandler when copying a response fails), the claim is kept
+// instead: the effect may have happened, so no retry may run it before the
+// lease ends.
 func (m *Middleware) execute(cw *capture, h http.Handler, r *http.Request) {
 	returned := false
 	defer func() {
 		if !returned && !cw.handedOver {
+			if cause := cw.st.unknownCause(); cause != nil {
+				cw.hand(handled{err: key.MarkUnknown(fmt.Errorf("%w (then the handler panicked)", cause))})
+				m.outcome(cw.r, OutcomeMarkedUnknown)
+				return
+			}
 			cw.hand(handled{err: errHandlerPanicked})
 			m.outcome(cw.r, OutcomeReleased)
 		}

@@ -292,6 +292,40 @@ func TestMarkUnknown(t *testing.T) {
 	}
 }
 
+// A handler that marks the outcome unknown and then panics (as
+// httputil.ReverseProxy does with http.ErrAbortHandler when copying the
+// upstream's answer fails) keeps the claim: the effect may have happened.
+func TestMarkUnknownThenPanicKeepsClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	calls := 0
+	h := mux(b.mw, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if r.GetBody != nil {
+			t.Error("the handler's request offers GetBody: a forwarding client could send it twice")
+		}
+		httpidem.MarkUnknown(r, errors.New("connection reset while copying the answer"))
+		panic(http.ErrAbortHandler)
+	}))
+	func() {
+		defer func() {
+			if got := recover(); got != http.ErrAbortHandler {
+				t.Fatalf("recovered %v, want http.ErrAbortHandler", got)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), req("POST", "/charges", "k", "x"))
+	}()
+	rec := record(t, b.store, scope("k"))
+	if rec.State != store.StateProcessing || !rec.Unknown {
+		t.Fatalf("record %+v, want PROCESSING and unknown", rec)
+	}
+	r := serve(h, req("POST", "/charges", "k", "x"))
+	wantProblem(t, r, http.StatusConflict, httpidem.SlugOutcomeUnknown)
+	if calls != 1 {
+		t.Fatalf("handler ran %d times", calls)
+	}
+}
+
 // MarkUnknown outside the middleware does nothing.
 func TestMarkUnknownOutsideMiddleware(t *testing.T) {
 	t.Parallel()
@@ -589,20 +623,15 @@ func TestNoPrincipalNeverTouchesStore(t *testing.T) {
 }
 
 // The handler gets the body back, the Idempotency-Key header untouched
-// (a proxy forwards it), and GetBody.
+// (a proxy forwards it), and no GetBody (so that a forwarding client never
+// resends it on its own).
 func TestHandlerSeesRequestAsSent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	h := mux(b.mw, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		again, err := r.GetBody()
-		if err != nil {
-			t.Errorf("GetBody: %v", err)
-			return
-		}
-		body2, _ := io.ReadAll(again)
-		if string(body) != "payload" || string(body2) != "payload" {
-			t.Errorf("body %q, GetBody %q", body, body2)
+		if string(body) != "payload" || r.GetBody != nil {
+			t.Errorf("body %q, GetBody set: %v", body, r.GetBody != nil)
 		}
 		if k := r.Header.Get(httpidem.HeaderKey); k != `"quoted key"` {
 			t.Errorf("key header %q", k)

@@ -9,6 +9,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/idemhq/idem/internal/loadtest"
 )
 
 // Main runs the idem command with args (without the program name) and
@@ -41,5 +43,7 @@ func newRoot() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newMigrateCmd())
+	root.AddCommand(newProxyCmd())
+	root.AddCommand(loadtest.Command())
 	return root
 }

@@ -1,0 +1,81 @@
+// Package proxy puts the Idempotency-Key contract (HTTP.md) in front of any
+// HTTP API: it is what `idem proxy --upstream URL` serves.
+//
+// A Proxy is an http.Handler: the httpidem middleware over a key.Guard on
+// the configured store, in front of an httputil.ReverseProxy to the
+// upstream. A POST or PATCH with an Idempotency-Key from an authenticated
+// caller reaches the upstream at most once per (caller, method and path,
+// key) while its key is retained; retries get the first response again
+// with Idempotent-Replayed: true. Everything else passes through untouched
+// and is never stored: other methods, requests without a key (unless
+// RequireKey), and requests without a principal. The principal is the
+// SHA-256 of the Authorization header, or the value of a header that a
+// trusted gateway sets (Config.PrincipalHeader).
+//
+// # Forwarding
+//
+// The client's Idempotency-Key goes to the upstream unchanged, so an
+// idempotent upstream dedups too. Hop-by-hop headers are removed both ways
+// (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding,
+// Upgrade, and the headers Connection lists), X-Forwarded-For, -Host and
+// -Proto are set, redirects are passed to the client, never followed.
+//
+// # When the upstream fails
+//
+// The proxy tells apart, from net/http/httptrace, a request that never
+// reached the upstream from one whose answer was lost:
+//
+//   - Never sent (connection refused, DNS failure, TLS handshake, a timeout
+//     before the request was written, an idle connection the upstream
+//     closed as the request went out): 502 upstream-unreachable. Nothing
+//     happened upstream; the claim is released and a retry is forwarded at
+//     once.
+//   - Sent, answer lost (timeout after the request was written, connection
+//     reset, a response cut before its end): 504 (timeout) or 502
+//     upstream-outcome-unknown. The upstream may have acted, so the key is
+//     marked unknown: retries get 409 outcome-unknown with Retry-After
+//     until the lease ends, and the first retry after it is forwarded again
+//     with the same key.
+//   - The upstream answered with a status HTTP.md does not store (5xx, 3xx,
+//     408, 409, 425, 429): its answer is delivered, not stored, and the
+//     claim released, so a retry is forwarded again.
+//
+// Three details keep these promises:
+//
+//   - http.Transport silently re-sends a request that carries an
+//     Idempotency-Key when a reused connection breaks after the request was
+//     written, if it can rewind the body. The proxy forbids it (no GetBody;
+//     an empty body is sent chunked), so that the upstream never runs one
+//     request twice without the proxy knowing.
+//   - For a request that holds a claim, the response body is read (up to
+//     Config.MaxResponse and one byte) before the status is passed on: a body
+//     cut short is a lost answer, never a stored or delivered truncated
+//     response. A longer body is not stored (the key completes with a
+//     "not stored" marker, retries get 409 response-not-stored) and streams
+//     through.
+//   - The upstream call of a request that holds a claim does not end when
+//     its client goes away: its answer is stored and the client's retry
+//     replays it, instead of meeting 409 until the lease ends. It ends at
+//     Config.UpstreamTimeout, or at Close.
+//
+// # Sharing
+//
+// Nothing but the memory store is process-local: proxies that share one
+// PostgreSQL schema, SQLite file or Redis prefix share their keys, and a
+// request reaches the upstream once whichever proxy it goes through. The
+// operation is method and path, without the upstream: proxies in front of
+// different upstreams should not share a store (or a Redis prefix).
+//
+// # Closing
+//
+// Close (after http.Server.Shutdown let in-flight requests finish) aborts
+// the upstream calls still running, whose keys then stay unknown until
+// their leases end, and answers later requests 503 proxy-closed.
+//
+// # Metrics
+//
+// With Config.Registerer set: idem_proxy_requests_total{outcome} (one per
+// participating request, the httpidem outcome), idem_proxy_upstream_duration_seconds
+// (time to the response headers), idem_proxy_upstream_errors_total{kind}
+// (unreachable, unknown) and idem_proxy_in_flight_requests.
+package proxy

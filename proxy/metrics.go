@@ -1,0 +1,66 @@
+package proxy
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Upstream error kinds, the values of the "kind" label of
+// idem_proxy_upstream_errors_total.
+const (
+	// kindUnreachable: the request never reached the upstream (dial
+	// refused, DNS failure, TLS handshake, timeout before it was written).
+	kindUnreachable = "unreachable"
+	// kindUnknown: the request was written and its answer was lost
+	// (timeout, connection reset, malformed or truncated response).
+	kindUnknown = "unknown"
+)
+
+// metrics are the proxy's Prometheus metrics. They always exist (so the
+// code never checks for nil) and are registered only when
+// Config.Registerer is set.
+type metrics struct {
+	requests        *prometheus.CounterVec
+	upstreamLatency prometheus.Histogram
+	upstreamErrors  *prometheus.CounterVec
+	inFlight        prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_proxy_requests_total",
+			Help: "Requests that took part in idempotency (unsafe method, principal, key), by outcome: executed, replayed, in_flight, unknown, conflict, unavailable, ...; passed-through requests count as passthrough.",
+		}, []string{"outcome"}),
+		upstreamLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idem_proxy_upstream_duration_seconds",
+			Help:    "Time from sending a request upstream to its response headers (or error).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_proxy_upstream_errors_total",
+			Help: "Upstream calls that got no response, by kind: unreachable (never sent; claim released) or unknown (sent, answer lost; key held until its lease ends).",
+		}, []string{"kind"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idem_proxy_in_flight_requests",
+			Help: "Requests being served by the proxy right now.",
+		}),
+	}
+	// Both kinds exist from the start, so that rate() sees a zero first.
+	m.upstreamErrors.WithLabelValues(kindUnreachable)
+	m.upstreamErrors.WithLabelValues(kindUnknown)
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.upstreamLatency, m.upstreamErrors, m.inFlight} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, errors.New("proxy: Config.Registerer already holds the proxy's metrics: give each Proxy its own registry")
+			}
+			return nil, err
+		}
+	}
+	return m, nil
+}

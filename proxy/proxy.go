@@ -1,0 +1,249 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/httpidem"
+	"github.com/idemhq/idem/key"
+	"github.com/idemhq/idem/store"
+)
+
+// Defaults and bounds of Config.
+const (
+	DefaultUpstreamTimeout = 30 * time.Second
+	MaxUpstreamTimeout     = 24 * time.Hour
+)
+
+// Config configures a Proxy. Upstream and Store are required; the zero
+// value of every other field means its default.
+type Config struct {
+	// Upstream is where requests are forwarded: scheme (http or https),
+	// host, and optionally a base path that request paths are joined to.
+	// Required.
+	Upstream *url.URL
+
+	// Store keeps the keys. Several proxies that share one store (the same
+	// PostgreSQL schema, SQLite file or Redis prefix) and front the same
+	// upstream share their keys. The proxy does not close it. Required.
+	Store store.Store
+
+	// PrincipalHeader names a header, set by a trusted gateway in front of
+	// the proxy, whose value is the caller's identity. Requests without it
+	// pass through untouched and are never stored. Defaults to "": the
+	// principal is the SHA-256 of the Authorization header, and requests
+	// without one pass through.
+	PrincipalHeader string
+
+	// Methods take part in idempotency; others pass through. Defaults to
+	// POST and PATCH.
+	Methods []string
+
+	// RequireKey answers 400 idempotency-key-missing to a participating
+	// request without an Idempotency-Key. Defaults to false: such requests
+	// pass through and nothing is stored.
+	RequireKey bool
+
+	// Lease is how long a claim holds a key before another request may take
+	// it over; it is extended while the upstream call runs, and after a lost
+	// answer it is how long retries get 409 outcome-unknown. Defaults to
+	// key.DefaultLease (30s).
+	Lease time.Duration
+
+	// Retention is how long a completed key replays its response. Defaults
+	// to key.DefaultRetention (24h).
+	Retention time.Duration
+
+	// MaxBody is the largest request body accepted from a participating
+	// request (413 body-too-large beyond it, before anything is claimed or
+	// forwarded). Defaults to httpidem's default (1 MiB).
+	MaxBody int64
+
+	// MaxResponse is the largest upstream response body stored for replay;
+	// a larger one is delivered once and its key completed without it.
+	// Defaults to httpidem's default (1 MiB).
+	MaxResponse int64
+
+	// SignificantHeaders are request headers hashed into the fingerprint
+	// next to method, path, query and body. Defaults to none.
+	SignificantHeaders []string
+
+	// UpstreamTimeout bounds one upstream exchange, from sending the
+	// request to the end of its response body. Defaults to
+	// DefaultUpstreamTimeout (30s).
+	UpstreamTimeout time.Duration
+
+	// Transport sends requests upstream. It must honour
+	// net/http/httptrace (http.Transport does): the proxy learns from
+	// WroteRequest whether a failed request reached the upstream. Defaults
+	// to an http.Transport of the proxy's own, without an outbound proxy.
+	Transport http.RoundTripper
+
+	// ProblemBase is the prefix of problem type URIs. Defaults to
+	// httpidem's default.
+	ProblemBase string
+
+	// Registerer receives the proxy's metrics (idem_proxy_*). Use a
+	// registry per Proxy. Defaults to nil: metrics are kept but not
+	// registered.
+	Registerer prometheus.Registerer
+
+	// Logger receives upstream failures and warnings. Defaults to
+	// discarding.
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.UpstreamTimeout == 0 {
+		out.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if out.MaxResponse == 0 {
+		out.MaxResponse = httpidem.DefaultMaxResponse
+	}
+	if out.Transport == nil {
+		out.Transport = newTransport()
+	}
+	if out.ProblemBase == "" {
+		out.ProblemBase = httpidem.DefaultProblemBase
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Upstream == nil:
+		return errors.New("proxy: Config.Upstream is required")
+	case c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https":
+		return fmt.Errorf("proxy: Config.Upstream %q: scheme must be http or https", c.Upstream.Redacted())
+	case c.Upstream.Host == "":
+		return fmt.Errorf("proxy: Config.Upstream %q has no host", c.Upstream.Redacted())
+	case c.Store == nil:
+		return errors.New("proxy: Config.Store is required")
+	case c.UpstreamTimeout < 0 || c.UpstreamTimeout > MaxUpstreamTimeout:
+		return fmt.Errorf("proxy: Config.UpstreamTimeout %v out of range (0, %v]", c.UpstreamTimeout, MaxUpstreamTimeout)
+	}
+	return nil
+}
+
+// Proxy is an http.Handler that forwards requests to the upstream behind
+// the Idempotency-Key contract. It is safe for concurrent use.
+type Proxy struct {
+	handler   http.Handler
+	store     store.Store
+	transport http.RoundTripper
+	metrics   *metrics
+	base      string
+
+	// stop ends the upstream calls still running when Close is called.
+	stop     context.Context
+	stopCall context.CancelFunc
+
+	mu       sync.RWMutex
+	closed   bool
+	inFlight sync.WaitGroup
+}
+
+// New returns a proxy to cfg.Upstream over cfg.Store.
+func New(cfg *Config) (*Proxy, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(c.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	g, err := key.New(c.Store, &key.Config{Lease: c.Lease, Retention: c.Retention, Logger: c.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	principal := authorizationPrincipal
+	if c.PrincipalHeader != "" {
+		principal = headerPrincipal(c.PrincipalHeader)
+	}
+	mw, err := httpidem.New(g, &httpidem.Config{
+		Principal:          principal,
+		Methods:            c.Methods,
+		RequireKey:         c.RequireKey,
+		MaxBody:            c.MaxBody,
+		MaxResponse:        c.MaxResponse,
+		SignificantHeaders: c.SignificantHeaders,
+		ProblemBase:        c.ProblemBase,
+		OnOutcome: func(_ *http.Request, o httpidem.Outcome) {
+			m.requests.WithLabelValues(string(o)).Inc()
+		},
+		Logger: c.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	p := &Proxy{store: c.Store, transport: c.Transport, metrics: m, base: c.ProblemBase}
+	p.stop, p.stopCall = context.WithCancel(context.Background())
+	f := newForwarder(&c, m, p.stop, participation(c.Methods, principal))
+	p.handler = mw.Wrap(f)
+	return p, nil
+}
+
+// ServeHTTP serves one request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		w.Header().Set("Retry-After", "1")
+		httpidem.WriteProblem(w, p.base, "proxy-closed", "Proxy closed", http.StatusServiceUnavailable,
+			"This proxy is shutting down; retry, another instance may answer.")
+		return
+	}
+	p.inFlight.Add(1)
+	p.mu.RUnlock()
+	defer p.inFlight.Done()
+	p.metrics.inFlight.Inc()
+	defer p.metrics.inFlight.Dec()
+	p.handler.ServeHTTP(w, r)
+}
+
+// Close aborts the upstream calls still running, refuses new requests
+// with 503, and returns when every request being served has returned.
+// An aborted call that had reached the upstream has an unknown outcome:
+// its key answers 409 outcome-unknown until its lease ends. Call it after
+// http.Server.Shutdown has given in-flight requests their chance to finish.
+// It closes the transport's idle connections, not the store.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.stopCall()
+	p.inFlight.Wait()
+	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+	return nil
+}
+
+// readyKey is read by Ready. Keys written by package key are 32-byte
+// hashes; this one is not, so it never names a record.
+const readyKey = "idem:proxy:readiness-probe"
+
+// Ready reports whether the store answers: one cheap read of a key that
+// does not exist.
+func (p *Proxy) Ready(ctx context.Context) error {
+	if _, err := p.store.Get(ctx, readyKey); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("proxy: store not ready: %w", err)
+	}
+	return nil
+}
