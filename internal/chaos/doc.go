@@ -10,5 +10,5 @@
 // The short version runs in CI. The long one (10,000 requests over 2,000
 // keys, a kill every 2 s for 60 s) runs with
 //
-//	go test ./internal/chaos -run Chaos -chaos.long -timeout 30m -v
+//	go test ./internal/chaos -run Chaos -timeout 30m -v -args -chaos.long
 package chaos
