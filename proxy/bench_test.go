@@ -27,13 +27,15 @@ import (
 //
 //   - BenchmarkProxy: Bare (httputil.ReverseProxy) and, per store, the idem
 //     proxy on a new key (claim, forward, complete) and on a replay.
+//
 //   - BenchmarkMiddleware: Handler (a bare JSON handler) and, per store, the
 //     same handler behind httpidem on a new key and on a replay.
+//
 //   - BenchmarkStoreAlone: per store, the store's own claim+complete for
 //     the same writes, at the same concurrency: the ceiling new keys can
 //     reach on that store.
 //
-//	go test -run '^$' -bench 'Proxy|Middleware|StoreAlone' -benchtime 3s ./proxy/
+//     go test -run '^$' -bench 'Proxy|Middleware|StoreAlone' -benchtime 3s ./proxy/
 var benchStores = []string{"Memory", "SQLite", "Postgres", "Redis"}
 
 const benchBody = `{"amount":100,"currency":"eur"}`
