@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem/internal/loadtest"
+	"github.com/idemhq/idem/internal/webhookcmd"
 )
 
 // Main runs the idem command with args (without the program name) and
@@ -23,7 +24,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "idem:", err)
 		var ue usageError
-		if errors.As(err, &ue) {
+		if errors.As(err, &ue) || webhookcmd.ExitCode(err) == 2 {
 			return 2
 		}
 		return 1
@@ -45,5 +46,6 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newMigrateCmd())
 	root.AddCommand(newProxyCmd())
 	root.AddCommand(loadtest.Command())
+	root.AddCommand(webhookcmd.Command())
 	return root
 }
