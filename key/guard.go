@@ -139,6 +139,11 @@ func (g *Guard) Do(ctx context.Context, req Request, fn func(ctx context.Context
 		return res, g.fail(ctx, c, ferr)
 	}
 	res.Response = resp
+	// The operation ran: record it even if the caller's context has ended
+	// (a client that went away), or the key would stay held and the next
+	// retry after the lease would run the operation again.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	p := store.CompleteParams{Fence: c.fence, Response: resp, Retention: g.cfg.Retention}
 	err = g.store.Complete(ctx, p)
 	if err == nil {

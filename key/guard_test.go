@@ -171,3 +171,27 @@ func TestSweeperBoundsStore(t *testing.T) {
 		}
 	})
 }
+
+// A caller that goes away while the operation runs (a client disconnect
+// cancels the request's context) must not leave the key held and the result
+// unrecorded: the next retry would run the operation again.
+func TestCompletionOutlivesCancelledCaller(t *testing.T) {
+	t.Parallel()
+	s := memstore.New(nil)
+	g, err := key.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	res, err := g.Do(ctx, request("a"), func(context.Context) ([]byte, error) {
+		cancel() // the client hangs up after the effect happened
+		return []byte("charged"), nil
+	})
+	if res.Outcome != key.Executed || err != nil {
+		t.Fatalf("%v %v", res.Outcome, err)
+	}
+	again, err := g.Do(t.Context(), request("a"), func(context.Context) ([]byte, error) { return []byte("twice"), nil })
+	if again.Outcome != key.Replayed || string(again.Response) != "charged" || err != nil {
+		t.Fatalf("retry: %v %q %v", again.Outcome, again.Response, err)
+	}
+}

@@ -76,7 +76,10 @@ func (g *TxGuard[TX]) DoTx(ctx context.Context, req Request, fn func(ctx context
 		return res, fmt.Errorf("complete: %w", ErrFenced)
 	}
 	// Begin, CompleteTx or commit failed: the transaction may or may not
-	// have committed. The record says which.
+	// have committed. The record says which, even if the caller's context
+	// has ended meanwhile.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	rec, gerr := g.store.Get(ctx, c.fence.Key)
 	switch {
 	case gerr != nil:
