@@ -17,7 +17,11 @@
 //   - store/redisstore: Redis, one Lua script per atomic step; it reports
 //     whether the server's persistence makes claims durable.
 //   - store/memstore: the in-memory reference model.
-//   - cmd/idem: the command (idem migrate, ...).
+//   - httpidem: net/http middleware for the Idempotency-Key header (HTTP.md),
+//     with RFC 9457 problem+json errors and transactional handlers.
+//   - proxy: the same contract in front of any HTTP API (`idem proxy`).
+//   - signature: sign and verify callbacks, idem scheme and Standard Webhooks.
+//   - cmd/idem: the command (idem proxy, migrate, bench, webhook).
 //
 // The promise, as SYSTEM.md states it: a local effect (written to the same
 // SQL database, through DoTx) happens exactly once per key; an external
