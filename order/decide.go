@@ -1,0 +1,269 @@
+package order
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Incoming is what Decide needs to know about one received event.
+type Incoming struct {
+	// Execution is the ID of the execution that produced the event.
+	Execution string
+	// ExecutionSeq ranks the execution among the runs of the object: the
+	// caller supplies it from its own records (e.g. the execution's creation
+	// order within its task: 1 for the first run, 2 for the first rerun), so
+	// that "newer" never depends on clocks or on comparing IDs. At least 1.
+	ExecutionSeq int64
+	// Sequence is the event's position within its execution, from 1.
+	Sequence int64
+	// At is when the event was received (the caller's or the store's
+	// clock). Used only as the FirstSeen of a gap the event reveals.
+	At time.Time
+}
+
+// Action is what to do with an event.
+type Action uint8
+
+const (
+	// Apply: apply the event, then the Released parked events, in order.
+	Apply Action = iota + 1
+	// Park: keep the event (Delta) until the gap before it fills.
+	Park
+	// Duplicate: the sequence was already applied or parked; drop it,
+	// acknowledge it.
+	Duplicate
+	// Stale: an older snapshot than the one applied; drop it, acknowledge it.
+	Stale
+	// Superseded: the event belongs to an execution older than the one the
+	// stream follows; drop it, acknowledge it.
+	Superseded
+	// Compensate: returned by Compensated; the gap's facts were brought in by
+	// the caller, then the Released parked events apply, in order.
+	Compensate
+)
+
+// String returns the action's name in lower case.
+func (a Action) String() string {
+	switch a {
+	case Apply:
+		return "apply"
+	case Park:
+		return "park"
+	case Duplicate:
+		return "duplicate"
+	case Stale:
+		return "stale"
+	case Superseded:
+		return "superseded"
+	case Compensate:
+		return "compensate"
+	}
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}
+
+// Decision is the outcome of Decide or Compensated. It is a result, not an
+// error: duplicates and stale events are normal at-least-once traffic.
+type Decision struct {
+	Action Action
+	// Sequence is the event's sequence (for Compensate: the gap's To).
+	Sequence int64
+	// Reset is true when the event came from a newer execution: the stream
+	// was started afresh before deciding it. The projection must follow the
+	// new execution from now on.
+	Reset bool
+	// Discarded are the parked sequences of the superseded execution that a
+	// Reset threw away (the store deletes their payloads).
+	Discarded []int64
+	// Released are parked sequences that became applicable, in the order to
+	// apply them, after the event (Apply) or the gap (Compensate).
+	Released []int64
+	// Gap is the run of sequences this event revealed as missing, or nil.
+	// Snapshot: reported only (the snapshot holds the facts). Delta: also
+	// recorded in Next.Gaps until it fills.
+	Gap *Gap
+	// Next is the stream after the decision. It shares no memory with the
+	// Stream given to Decide.
+	Next Stream
+}
+
+// Applied returns the sequences to apply, in order: the event's own (for
+// Apply) followed by Released. Empty for every other action.
+func (d Decision) Applied() []int64 {
+	switch d.Action {
+	case Apply:
+		return append([]int64{d.Sequence}, d.Released...)
+	case Compensate:
+		return slices.Clone(d.Released)
+	}
+	return nil
+}
+
+// Decide decides what to do with event ev on stream s in the given mode,
+// and returns the stream after it (Decision.Next). It is pure: no clock, no
+// storage, s is not modified. The persisted version calls it inside the
+// transaction that applies the event and stores Next.
+//
+// Errors (nothing decided, s unchanged): ErrBadMode, ErrBadConfig,
+// ErrBadStream, ErrBadExecution, ErrBadSequence, ErrExecutionConflict and
+// (Delta) ErrParkedLimit.
+func Decide(mode Mode, s Stream, ev Incoming, cfg *Config) (Decision, error) {
+	if mode != Snapshot && mode != Delta {
+		return Decision{}, fmt.Errorf("%w: %d", ErrBadMode, uint8(mode))
+	}
+	if err := cfg.validate(); err != nil {
+		return Decision{}, err
+	}
+	if err := s.Validate(); err != nil {
+		return Decision{}, err
+	}
+	if mode == Snapshot && len(s.Parked) > 0 {
+		return Decision{}, fmt.Errorf("%w: parked sequences in a snapshot stream", ErrBadStream)
+	}
+	if ev.Execution == "" || ev.ExecutionSeq < 1 {
+		return Decision{}, fmt.Errorf("%w: execution %q, ExecutionSeq %d", ErrBadExecution, ev.Execution, ev.ExecutionSeq)
+	}
+	if ev.Sequence < 1 {
+		return Decision{}, fmt.Errorf("%w: got %d", ErrBadSequence, ev.Sequence)
+	}
+
+	d := Decision{Sequence: ev.Sequence}
+	switch {
+	case ev.ExecutionSeq < s.ExecutionSeq:
+		d.Action, d.Next = Superseded, s.clone()
+		return d, nil
+	case ev.ExecutionSeq == s.ExecutionSeq && ev.Execution != s.Execution:
+		return Decision{}, fmt.Errorf("%w: %q and %q both rank %d", ErrExecutionConflict, s.Execution, ev.Execution, ev.ExecutionSeq)
+	case ev.ExecutionSeq > s.ExecutionSeq:
+		d.Reset = s.ExecutionSeq != 0
+		d.Discarded = slices.Clone(s.Parked)
+		s = Stream{Execution: ev.Execution, ExecutionSeq: ev.ExecutionSeq}
+	default:
+		s = s.clone()
+	}
+
+	if mode == Snapshot {
+		return decideSnapshot(d, s, ev), nil
+	}
+	return decideDelta(d, s, ev, cfg.maxParked())
+}
+
+func decideSnapshot(d Decision, s Stream, ev Incoming) Decision {
+	switch {
+	case ev.Sequence == s.Applied:
+		d.Action = Duplicate
+	case ev.Sequence < s.Applied:
+		d.Action = Stale
+	default:
+		if ev.Sequence-1 > s.Applied {
+			d.Gap = &Gap{From: s.Applied + 1, To: ev.Sequence - 1, FirstSeen: ev.At}
+		}
+		d.Action = Apply
+		s.Applied = ev.Sequence
+	}
+	d.Next = s
+	return d
+}
+
+func decideDelta(d Decision, s Stream, ev Incoming, maxParked int) (Decision, error) {
+	seq := ev.Sequence
+	if seq <= s.Applied {
+		d.Action, d.Next = Duplicate, s
+		return d, nil
+	}
+	i, found := slices.BinarySearch(s.Parked, seq)
+	if found {
+		d.Action, d.Next = Duplicate, s
+		return d, nil
+	}
+	if seq-1 == s.Applied {
+		d.Action = Apply
+		s.Applied = seq
+		n := 0
+		for n < len(s.Parked) && s.Parked[n]-1 == s.Applied {
+			s.Applied = s.Parked[n]
+			n++
+		}
+		d.Released = slices.Clone(s.Parked[:n])
+		s.Parked = slices.Clone(s.Parked[n:])
+	} else {
+		if len(s.Parked) >= maxParked {
+			return Decision{}, fmt.Errorf("%w: %d parked, sequence %d after %d", ErrParkedLimit, len(s.Parked), seq, s.Applied)
+		}
+		d.Action = Park
+		s.Parked = slices.Insert(s.Parked, i, seq)
+		// The run just below seq that is now missing: it starts after the
+		// previous parked (or applied) sequence.
+		from := s.Applied + 1
+		if i > 0 {
+			from = s.Parked[i-1] + 1
+		}
+		if from <= seq-1 {
+			d.Gap = &Gap{From: from, To: seq - 1}
+		}
+	}
+	s.Gaps = gapsOf(s.Applied, s.Parked, s.Gaps, ev.At)
+	if d.Gap != nil {
+		for _, g := range s.Gaps {
+			if g.To == d.Gap.To {
+				d.Gap.FirstSeen = g.FirstSeen
+			}
+		}
+	}
+	if len(s.Parked) == 0 {
+		s.Parked, s.Gaps = nil, nil
+	}
+	d.Next = s
+	return d, nil
+}
+
+// Overdue returns, in order, the open gaps of s first seen at least
+// deadline before now: the caller runs its compensation hook for them
+// (refetch the missing facts) and then calls Compensated. Gaps are opened in
+// sequence order, so the overdue ones are always a prefix of s.Gaps. A
+// deadline <= 0 makes every open gap overdue.
+func Overdue(s Stream, now time.Time, deadline time.Duration) []Gap {
+	var out []Gap
+	for _, g := range s.Gaps {
+		if now.Sub(g.FirstSeen) < deadline {
+			break
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// Compensated records that the caller has brought the missing facts of gap
+// g into the projection by other means (it refetched the missing events, or
+// the source's state as of g.To), in the same transaction as the returned
+// Next. g must start the stream's first open gap (g.From == Applied+1) and
+// may end before it (a partial refetch). The Decision is Compensate with
+// Sequence g.To and the parked sequences that now apply in Released.
+//
+// This is the only way a Delta stream moves past a sequence it never
+// received, and only because the caller vouches for the facts: a delta is
+// never skipped silently.
+func Compensated(s Stream, g Gap) (Decision, error) {
+	if err := s.Validate(); err != nil {
+		return Decision{}, err
+	}
+	if len(s.Gaps) == 0 || g.From != s.Gaps[0].From || g.To < g.From || g.To > s.Gaps[0].To {
+		return Decision{}, fmt.Errorf("%w: %d..%d", ErrUnknownGap, g.From, g.To)
+	}
+	s = s.clone()
+	d := Decision{Action: Compensate, Sequence: g.To}
+	s.Applied = g.To
+	n := 0
+	for n < len(s.Parked) && s.Parked[n]-1 == s.Applied {
+		s.Applied = s.Parked[n]
+		n++
+	}
+	d.Released = slices.Clone(s.Parked[:n])
+	s.Parked = slices.Clone(s.Parked[n:])
+	s.Gaps = gapsOf(s.Applied, s.Parked, s.Gaps, time.Time{})
+	if len(s.Parked) == 0 {
+		s.Parked, s.Gaps = nil, nil
+	}
+	d.Next = s
+	return d, nil
+}

@@ -1,0 +1,156 @@
+package order
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"testing"
+	"time"
+)
+
+func at(seq int64) Incoming {
+	return Incoming{Execution: "e1", ExecutionSeq: 1, Sequence: seq, At: t0}
+}
+
+func TestDecideEdgeCases(t *testing.T) {
+	t.Parallel()
+	base := Stream{Execution: "e1", ExecutionSeq: 1, Applied: 3}
+	parked := Stream{Execution: "e1", ExecutionSeq: 1, Applied: 3, Parked: []int64{5, 9},
+		Gaps: []Gap{{From: 4, To: 4, FirstSeen: t0}, {From: 6, To: 8, FirstSeen: t0.Add(time.Second)}}}
+	tests := []struct {
+		name     string
+		mode     Mode
+		s        Stream
+		ev       Incoming
+		cfg      *Config
+		err      error
+		action   Action
+		applied  []int64
+		gap      *Gap
+		nextPark []int64
+	}{
+		{name: "SequenceZero", mode: Delta, s: base, ev: at(0), err: ErrBadSequence},
+		{name: "SequenceNegative", mode: Snapshot, s: base, ev: at(-1), err: ErrBadSequence},
+		{name: "SequenceMinInt64", mode: Delta, s: base, ev: at(math.MinInt64), err: ErrBadSequence},
+		{name: "NoExecution", mode: Delta, s: base, ev: Incoming{ExecutionSeq: 1, Sequence: 1}, err: ErrBadExecution},
+		{name: "ExecutionSeqZero", mode: Delta, s: base, ev: Incoming{Execution: "e1", Sequence: 1}, err: ErrBadExecution},
+		{name: "SameRankOtherExecution", mode: Delta, s: base, ev: Incoming{Execution: "e2", ExecutionSeq: 1, Sequence: 4}, err: ErrExecutionConflict},
+		{name: "BadMode", mode: 0, s: base, ev: at(4), err: ErrBadMode},
+		{name: "BadConfig", mode: Delta, s: base, ev: at(4), cfg: &Config{MaxParked: -1}, err: ErrBadConfig},
+		{name: "BadStream", mode: Delta, s: Stream{Execution: "e1", ExecutionSeq: 1, Applied: 3, Parked: []int64{4}}, ev: at(5), err: ErrBadStream},
+		{name: "ParkedInSnapshotStream", mode: Snapshot, s: parked, ev: at(10), err: ErrBadStream},
+		{name: "SnapshotMaxInt64", mode: Snapshot, s: base, ev: at(math.MaxInt64), action: Apply,
+			applied: []int64{math.MaxInt64}, gap: &Gap{From: 4, To: math.MaxInt64 - 1, FirstSeen: t0}},
+		{name: "SnapshotAtMaxInt64Duplicate", mode: Snapshot, s: Stream{Execution: "e1", ExecutionSeq: 1, Applied: math.MaxInt64}, ev: at(math.MaxInt64), action: Duplicate},
+		{name: "DeltaMaxInt64Parks", mode: Delta, s: base, ev: at(math.MaxInt64), action: Park,
+			gap: &Gap{From: 4, To: math.MaxInt64 - 1, FirstSeen: t0}, nextPark: []int64{math.MaxInt64}},
+		{name: "DeltaAtMaxInt64Duplicate", mode: Delta, s: Stream{Execution: "e1", ExecutionSeq: 1, Applied: math.MaxInt64}, ev: at(math.MaxInt64), action: Duplicate},
+		{name: "DeltaNext", mode: Delta, s: base, ev: at(4), action: Apply, applied: []int64{4}},
+		{name: "DeltaAlreadyApplied", mode: Delta, s: base, ev: at(3), action: Duplicate},
+		{name: "DeltaDuplicateParked", mode: Delta, s: parked, ev: at(9), action: Duplicate, nextPark: []int64{5, 9}},
+		{name: "DeltaFillReleases", mode: Delta, s: parked, ev: at(4), action: Apply, applied: []int64{4, 5}, nextPark: []int64{9}},
+		{name: "DeltaSplitGapKeepsFirstSeen", mode: Delta, s: parked, ev: Incoming{Execution: "e1", ExecutionSeq: 1, Sequence: 7, At: t0.Add(time.Hour)},
+			action: Park, gap: &Gap{From: 6, To: 6, FirstSeen: t0.Add(time.Second)}, nextPark: []int64{5, 7, 9}},
+		{name: "DeltaLimitExceeded", mode: Delta, s: parked, ev: at(12), cfg: &Config{MaxParked: 2}, err: ErrParkedLimit},
+		{name: "DeltaLimitNotHitByApply", mode: Delta, s: parked, ev: at(4), cfg: &Config{MaxParked: 2}, action: Apply, applied: []int64{4, 5}, nextPark: []int64{9}},
+		{name: "DeltaLimitNotHitByDuplicate", mode: Delta, s: parked, ev: at(5), cfg: &Config{MaxParked: 2}, action: Duplicate, nextPark: []int64{5, 9}},
+		{name: "OlderExecution", mode: Delta, s: Stream{Execution: "e2", ExecutionSeq: 2, Applied: 1}, ev: at(2), action: Superseded},
+		{name: "SnapshotStale", mode: Snapshot, s: base, ev: at(2), action: Stale},
+		{name: "SnapshotDuplicate", mode: Snapshot, s: base, ev: at(3), action: Duplicate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			before := tt.s.clone()
+			d, err := Decide(tt.mode, tt.s, tt.ev, tt.cfg)
+			if !equal(before, tt.s) {
+				t.Fatalf("Decide modified its input: %+v", tt.s)
+			}
+			if tt.err != nil {
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("err = %v, want %v", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Action != tt.action || !slices.Equal(d.Applied(), tt.applied) || !slices.Equal(d.Next.Parked, tt.nextPark) {
+				t.Fatalf("got %s applied %v parked %v, want %s %v %v", d.Action, d.Applied(), d.Next.Parked, tt.action, tt.applied, tt.nextPark)
+			}
+			if (d.Gap == nil) != (tt.gap == nil) || (d.Gap != nil && *d.Gap != *tt.gap) {
+				t.Fatalf("gap %v, want %v", d.Gap, tt.gap)
+			}
+			if err := d.Next.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestNewExecutionResets(t *testing.T) {
+	t.Parallel()
+	old := Stream{Execution: "e1", ExecutionSeq: 1, Applied: 3, Parked: []int64{5}, Gaps: []Gap{{From: 4, To: 4, FirstSeen: t0}}}
+	d, err := Decide(Delta, old, Incoming{Execution: "e2", ExecutionSeq: 2, Sequence: 1, At: t0}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Reset || !slices.Equal(d.Discarded, []int64{5}) || d.Action != Apply ||
+		!equal(d.Next, Stream{Execution: "e2", ExecutionSeq: 2, Applied: 1}) {
+		t.Fatalf("got %+v", d)
+	}
+	// A late event of the first run never applies after the rerun.
+	late, err := Decide(Delta, d.Next, Incoming{Execution: "e1", ExecutionSeq: 1, Sequence: 4, At: t0}, nil)
+	if err != nil || late.Action != Superseded || !equal(late.Next, d.Next) {
+		t.Fatalf("late old event: %v %+v", err, late)
+	}
+}
+
+func TestCompensated(t *testing.T) {
+	t.Parallel()
+	s := Stream{Execution: "e1", ExecutionSeq: 1, Applied: 3, Parked: []int64{6, 9},
+		Gaps: []Gap{{From: 4, To: 5, FirstSeen: t0}, {From: 7, To: 8, FirstSeen: t0.Add(time.Minute)}}}
+	if got := Overdue(s, t0.Add(30*time.Second), time.Minute); len(got) != 0 {
+		t.Fatalf("overdue too early: %v", got)
+	}
+	if got := Overdue(s, t0.Add(time.Minute), time.Minute); len(got) != 1 || got[0].From != 4 {
+		t.Fatalf("overdue at deadline: %v", got)
+	}
+	for _, g := range []Gap{{From: 7, To: 8}, {From: 4, To: 6}, {From: 5, To: 5}, {From: 4, To: 3}} {
+		if _, err := Compensated(s, g); !errors.Is(err, ErrUnknownGap) {
+			t.Fatalf("Compensated(%v) err = %v, want ErrUnknownGap", g, err)
+		}
+	}
+	d, err := Compensated(s, Gap{From: 4, To: 4})
+	if err != nil || len(d.Released) != 0 || d.Next.Applied != 4 || d.Next.Gaps[0] != (Gap{From: 5, To: 5, FirstSeen: t0}) {
+		t.Fatalf("partial: %v %+v", err, d)
+	}
+	d, err = Compensated(d.Next, d.Next.Gaps[0])
+	if err != nil || !slices.Equal(d.Applied(), []int64{6}) || d.Next.Applied != 6 || len(d.Next.Gaps) != 1 {
+		t.Fatalf("rest: %v %+v", err, d)
+	}
+	if _, err := Compensated(Stream{}, Gap{From: 1, To: 1}); !errors.Is(err, ErrUnknownGap) {
+		t.Fatalf("no gaps: %v", err)
+	}
+}
+
+func TestValidateRejects(t *testing.T) {
+	t.Parallel()
+	for name, s := range map[string]Stream{
+		"FreshWithState":      {Applied: 1},
+		"NegativeRank":        {Execution: "e", ExecutionSeq: -1},
+		"NoExecutionName":     {ExecutionSeq: 1},
+		"NegativeApplied":     {Execution: "e", ExecutionSeq: 1, Applied: -1},
+		"ParkedNext":          {Execution: "e", ExecutionSeq: 1, Applied: 1, Parked: []int64{2}},
+		"ParkedUnsorted":      {Execution: "e", ExecutionSeq: 1, Parked: []int64{5, 3}},
+		"GapMissing":          {Execution: "e", ExecutionSeq: 1, Parked: []int64{3}},
+		"GapWrong":            {Execution: "e", ExecutionSeq: 1, Parked: []int64{3}, Gaps: []Gap{{From: 1, To: 1}}},
+		"ParkedAfterMaxInt64": {Execution: "e", ExecutionSeq: 1, Applied: math.MaxInt64, Parked: []int64{math.MinInt64}},
+		"GapsOutOfTimeOrder": {Execution: "e", ExecutionSeq: 1, Parked: []int64{2, 4},
+			Gaps: []Gap{{From: 1, To: 1, FirstSeen: t0.Add(time.Second)}, {From: 3, To: 3, FirstSeen: t0}}},
+	} {
+		if err := s.Validate(); !errors.Is(err, ErrBadStream) {
+			t.Errorf("%s: Validate() = %v, want ErrBadStream", name, err)
+		}
+	}
+}
