@@ -48,7 +48,7 @@ func BenchmarkStore(b *testing.B) {
 	b.Run("New", func(b *testing.B) {
 		s, _ := newTestStore(b, nil)
 		var n atomic.Int64
-		runBoth(b, func() {
+		storetest.RunSeqAndParallel(b, func() {
 			p := claim
 			p.Key = benchKey(n.Add(1))
 			res, err := s.Claim(ctx, p)
@@ -76,7 +76,7 @@ func BenchmarkStore(b *testing.B) {
 			}
 		}
 		var n atomic.Int64
-		runBoth(b, func() {
+		storetest.RunSeqAndParallel(b, func() {
 			p := claim
 			p.Key = benchKey(n.Add(1) % keys)
 			res, err := s.Claim(ctx, p)
@@ -97,7 +97,7 @@ func BenchmarkRaw(b *testing.B) {
 		client := testClient(b)
 		prefix := testPrefix(b, client)
 		var n atomic.Int64
-		runBoth(b, func() {
+		storetest.RunSeqAndParallel(b, func() {
 			key := prefix + benchKey(n.Add(1))
 			ok, err := client.SetNX(ctx, key, claimValue, benchRetention).Result()
 			if err != nil || !ok {
@@ -119,29 +119,10 @@ func BenchmarkRaw(b *testing.B) {
 			}
 		}
 		var n atomic.Int64
-		runBoth(b, func() {
+		storetest.RunSeqAndParallel(b, func() {
 			resp, err := client.Get(ctx, prefix+benchKey(n.Add(1)%keys)).Bytes()
 			if err != nil || len(resp) == 0 {
 				b.Fatalf("GET = %q, %v", resp, err)
-			}
-		})
-	})
-}
-
-// runBoth runs work as sub-benchmarks Seq (one goroutine) and Parallel
-// (b.RunParallel, GOMAXPROCS goroutines).
-func runBoth(b *testing.B, work func()) {
-	b.Run("Seq", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			work()
-		}
-	})
-	b.Run("Parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				work()
 			}
 		})
 	})

@@ -72,7 +72,7 @@ func BenchmarkStore(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		runBoth(b, work)
+		storetest.RunSeqAndParallel(b, work)
 	})
 
 	b.Run("Replay", func(b *testing.B) {
@@ -98,7 +98,7 @@ func BenchmarkStore(b *testing.B) {
 				b.Fatalf("Claim = %+v, %v", res, err)
 			}
 		}
-		runBoth(b, work)
+		storetest.RunSeqAndParallel(b, work)
 	})
 }
 
@@ -135,7 +135,7 @@ func BenchmarkRaw(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		runBoth(b, work)
+		storetest.RunSeqAndParallel(b, work)
 	})
 
 	b.Run("Replay", func(b *testing.B) {
@@ -157,7 +157,7 @@ func BenchmarkRaw(b *testing.B) {
 				b.Fatalf("SELECT = %d, %v", state, err)
 			}
 		}
-		runBoth(b, work)
+		storetest.RunSeqAndParallel(b, work)
 	})
 }
 
@@ -202,23 +202,4 @@ func BenchmarkDiskSize(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(pages*pageSize)/float64(i), "disk-B/record")
-}
-
-// runBoth runs work as sub-benchmarks Seq (one goroutine) and Parallel
-// (b.RunParallel, GOMAXPROCS goroutines).
-func runBoth(b *testing.B, work func()) {
-	b.Run("Seq", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			work()
-		}
-	})
-	b.Run("Parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				work()
-			}
-		})
-	})
 }

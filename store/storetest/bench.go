@@ -77,3 +77,24 @@ func Bench(b *testing.B, newStore NewBenchStore) {
 		}
 	})
 }
+
+// RunSeqAndParallel runs work as two sub-benchmarks: Seq, one call at a
+// time, and Parallel, from GOMAXPROCS goroutines (b.RunParallel). Stores
+// use it for their own and their hand-written baseline's benchmarks, so
+// that both are measured alike.
+func RunSeqAndParallel(b *testing.B, work func()) {
+	b.Run("Seq", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			work()
+		}
+	})
+	b.Run("Parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				work()
+			}
+		})
+	})
+}
