@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrCorrupt is returned (wrapped) when the inbox tables disagree with
+// themselves, for example a stream row naming a parked sequence whose event
+// is not stored. It is never expected; the transaction must roll back.
+var ErrCorrupt = errors.New("idem/store: inbox tables are inconsistent")
+
+// EventKey identifies one message: the CloudEvents (source, id) pair. It is
+// the inbox's unique key.
+type EventKey struct {
+	Source string
+	ID     string
+}
+
+// StreamKey identifies one order stream: the CloudEvents (source, subject)
+// pair. Sequences are compared only within one stream.
+type StreamKey struct {
+	Source  string
+	Subject string
+}
+
+// EventStatus is the state of an inbox row.
+type EventStatus uint8
+
+const (
+	// EventDone means the event was handled: applied, parked, or dropped as
+	// a duplicate, stale or superseded sequence. Redeliveries are
+	// acknowledged without running anything.
+	EventDone EventStatus = 1
+	// EventDead means the event was dead-lettered: redeliveries are
+	// acknowledged, and the dead letter may be requeued.
+	EventDead EventStatus = 2
+)
+
+// String returns "done" or "dead".
+func (s EventStatus) String() string {
+	switch s {
+	case EventDone:
+		return "done"
+	case EventDead:
+		return "dead"
+	}
+	return "unknown"
+}
+
+// ParkedEvent is a delta event held after a gap until the gap fills.
+type ParkedEvent struct {
+	Sequence int64
+	// Event is the stored event (package inbox stores structured-mode
+	// CloudEvents JSON), returned byte for byte.
+	Event []byte
+}
+
+// DeadLetter is an event that will not be retried by itself: its payload
+// was invalid, or a transient failure outlasted the retry budget.
+type DeadLetter struct {
+	// ID is assigned by the store (increasing) when the dead letter is
+	// written; it orders the listing and names the dead letter to Requeue.
+	ID       int64
+	Key      EventKey
+	Stream   StreamKey
+	Sequence int64 // 0 when the event carries none
+	// Reason is why it was dead-lettered, for the operator.
+	Reason string
+	// Event is the stored event, returned byte for byte.
+	Event []byte
+	// Attempts counts the attempts to apply it, over every requeue.
+	Attempts    int
+	FirstFailed time.Time
+	LastFailed  time.Time
+}
+
+// GapRecord is a run of sequences a stream found missing. Snapshot streams
+// record and skip them (the next snapshot holds the facts); delta streams
+// record them and hold the events behind them until they fill or are
+// compensated.
+type GapRecord struct {
+	Stream    StreamKey
+	From, To  int64
+	Delta     bool
+	FirstSeen time.Time
+}
+
+// DeadLetterQuery selects dead letters for ListDeadLetters.
+type DeadLetterQuery struct {
+	// After lists dead letters with ID > After (0: from the first), so that a
+	// backlog is walked page by page in constant memory.
+	After int64
+	// Limit is the page size, at least 1.
+	Limit int
+}
+
+// InboxStore is the storage of the inbox (SYSTEM.md component 2) and of
+// per-stream order (component 3): inbox rows, stream rows, parked events,
+// gaps and dead letters. Every *Tx method runs in the caller's transaction,
+// so that the inbox row, the order state and the caller's business writes
+// commit together or not at all; methods without Tx run on their own.
+//
+// Times are the caller's (package inbox passes its clock), so that the
+// store keeps no clock of its own for these tables.
+type InboxStore[TX any] interface {
+	// InTx begins a transaction, calls fn with it, and commits when fn
+	// returns nil; otherwise it rolls back and returns fn's error. An error
+	// from the commit itself leaves the outcome unknown.
+	InTx(ctx context.Context, fn func(ctx context.Context, tx TX) error) error
+
+	// Savepoint runs fn inside a savepoint of tx: when fn returns an error
+	// (or panics) its writes in tx are undone and the rest of tx is kept,
+	// usable, and fn's error is returned. Package inbox applies each event
+	// in one, so that a failing event can be dead-lettered in the same
+	// transaction that keeps the others.
+	Savepoint(ctx context.Context, tx TX, fn func(ctx context.Context) error) error
+
+	// RecordEventTx inserts the inbox row key with EventDone and received
+	// time at. When the row already exists nothing changes and it returns
+	// inserted=false with the row's status. Concurrent transactions
+	// recording the same key are serialised: the second waits for the first
+	// to commit (then sees its row) or roll back (then inserts).
+	RecordEventTx(ctx context.Context, tx TX, key EventKey, at time.Time) (existing EventStatus, inserted bool, err error)
+
+	// LockStreamTx returns the stream's stored state (nil for a new stream)
+	// and locks the stream until tx ends, so that two transactions on one
+	// stream decide one after the other (a new stream too).
+	LockStreamTx(ctx context.Context, tx TX, key StreamKey) (state []byte, err error)
+
+	// PutStreamTx stores the stream's state. gapSince is the FirstSeen of
+	// its oldest open gap, zero when none; OverdueStreams selects on it.
+	PutStreamTx(ctx context.Context, tx TX, key StreamKey, state []byte, gapSince time.Time) error
+
+	// ParkTx stores a parked event of the stream under its sequence. A
+	// sequence parked twice is ErrCorrupt (package order never does it).
+	ParkTx(ctx context.Context, tx TX, key StreamKey, ev ParkedEvent) error
+
+	// UnparkTx deletes the parked events seqs of the stream and returns
+	// them in the order of seqs. A missing sequence is ErrCorrupt.
+	UnparkTx(ctx context.Context, tx TX, key StreamKey, seqs []int64) ([]ParkedEvent, error)
+
+	// DropParkedTx deletes the parked events seqs of the stream (those of a
+	// superseded execution); missing ones are ignored.
+	DropParkedTx(ctx context.Context, tx TX, key StreamKey, seqs []int64) error
+
+	// RecordGapTx appends a gap to the gap log.
+	RecordGapTx(ctx context.Context, tx TX, g GapRecord) error
+
+	// DeadLetterTx sets the inbox row of d.Key to EventDead (inserting it if
+	// absent) and stores d under a new ID, which it returns. d.ID is
+	// ignored.
+	DeadLetterTx(ctx context.Context, tx TX, d DeadLetter) (int64, error)
+
+	// TakeDeadLetterTx deletes dead letter id and returns it, and deletes
+	// its inbox row when that row is EventDead (wasDead true), so that the
+	// event can be processed again in the same transaction. When the row is
+	// EventDone (the event was delivered again after its inbox row expired,
+	// and handled) or absent, the row is left alone and wasDead is false.
+	// Returns ErrNotFound for an unknown id.
+	TakeDeadLetterTx(ctx context.Context, tx TX, id int64) (d DeadLetter, wasDead bool, err error)
+
+	// ListDeadLetters returns up to q.Limit dead letters with ID > q.After,
+	// by increasing ID.
+	ListDeadLetters(ctx context.Context, q DeadLetterQuery) ([]DeadLetter, error)
+
+	// ListGaps returns up to limit gap records of the stream (all streams
+	// when key is nil), oldest first.
+	ListGaps(ctx context.Context, key *StreamKey, limit int) ([]GapRecord, error)
+
+	// OverdueStreams returns up to limit streams whose oldest open gap was
+	// first seen at or before before, oldest first.
+	OverdueStreams(ctx context.Context, before time.Time, limit int) ([]StreamKey, error)
+
+	// SweepInbox deletes up to limit EventDone inbox rows received before
+	// before, and up to limit gap records first seen before it, and returns
+	// how many rows it deleted in all. EventDead rows stay until their dead
+	// letter is taken.
+	SweepInbox(ctx context.Context, before time.Time, limit int) (int, error)
+}
