@@ -267,3 +267,40 @@ func Compensated(s Stream, g Gap) (Decision, error) {
 	d.Next = s
 	return d, nil
 }
+
+// Halted returns the stream as it must be stored when applying d stopped at
+// sequence failed: the event failed could not be applied (its payload was
+// invalid and it went to the dead letters), so neither it nor anything
+// after it counts as applied. Applied becomes failed-1; the sequences of
+// d.Applied() after failed go back to Parked; failed itself is missing again,
+// so it opens a gap if anything is parked behind it (FirstSeen at, or the
+// FirstSeen of an older gap behind it). failed
+// must be one of d.Applied() (ErrUnknownGap otherwise, for want of a better
+// sentinel: it names no sequence d applied). d is not modified.
+//
+// This keeps the delta promise when a released event turns out to be bad:
+// its predecessors stay applied, it is reported as a gap, and its successors
+// wait for the gap to fill (a requeue) or be compensated.
+func (d Decision) Halted(failed int64, at time.Time) (Stream, error) {
+	applied := d.Applied()
+	i := slices.Index(applied, failed)
+	if i < 0 {
+		return Stream{}, fmt.Errorf("%w: sequence %d was not applied by this decision", ErrUnknownGap, failed)
+	}
+	s := d.Next.clone()
+	s.Applied = failed - 1
+	s.Parked = append(slices.Clone(applied[i+1:]), s.Parked...)
+	s.Gaps = gapsOf(s.Applied, s.Parked, s.Gaps, at)
+	// The new gap comes before older ones: it takes the oldest FirstSeen
+	// after it, so that gaps stay ordered by FirstSeen and Overdue still
+	// finds the first gap overdue no later than the ones it holds back.
+	for i := len(s.Gaps) - 2; i >= 0; i-- {
+		if s.Gaps[i].FirstSeen.After(s.Gaps[i+1].FirstSeen) {
+			s.Gaps[i].FirstSeen = s.Gaps[i+1].FirstSeen
+		}
+	}
+	if len(s.Parked) == 0 {
+		s.Parked, s.Gaps = nil, nil
+	}
+	return s, s.Validate()
+}

@@ -3,6 +3,7 @@ package order
 import (
 	"errors"
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -152,5 +153,54 @@ func TestValidateRejects(t *testing.T) {
 		if err := s.Validate(); !errors.Is(err, ErrBadStream) {
 			t.Errorf("%s: Validate() = %v, want ErrBadStream", name, err)
 		}
+	}
+}
+
+func TestHalted(t *testing.T) {
+
+	s := Stream{Execution: "x", ExecutionSeq: 1, Applied: 6}
+	// 8, 9 and 11 parked behind 7; then 7 arrives and releases 8 and 9.
+	for _, seq := range []int64{8, 9, 11} {
+		d, err := Decide(Delta, s, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: seq, At: t0}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s = d.Next
+	}
+	d, err := Decide(Delta, s, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: 7, At: t0.Add(time.Minute)}, nil)
+	if err != nil || !slices.Equal(d.Applied(), []int64{7, 8, 9}) {
+		t.Fatalf("Decide(7) = %v, %v", d.Applied(), err)
+	}
+	at := t0.Add(time.Hour)
+
+	// 8 failed: 7 stays applied, 9 and 11 are parked, 8 and 10 are gaps.
+	got, err := d.Halted(8, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Stream{Execution: "x", ExecutionSeq: 1, Applied: 7, Parked: []int64{9, 11},
+		Gaps: []Gap{{From: 8, To: 8, FirstSeen: t0}, {From: 10, To: 10, FirstSeen: t0}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Halted(8) = %+v\nwant %+v", got, want)
+	}
+	// The event itself failed: nothing of the decision counts.
+	got, err = d.Halted(7, at)
+	if err != nil || got.Applied != 6 || !slices.Equal(got.Parked, []int64{8, 9, 11}) || got.Gaps[0] != (Gap{From: 7, To: 7, FirstSeen: t0}) {
+		t.Fatalf("Halted(7) = %+v, %v", got, err)
+	}
+	// The last applied failed with nothing behind: no gap to hold.
+	d2, _ := Decide(Delta, Stream{Execution: "x", ExecutionSeq: 1, Applied: 2}, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: 3, At: t0}, nil)
+	got, err = d2.Halted(3, at)
+	if err != nil || got.Applied != 2 || got.Parked != nil || got.Gaps != nil {
+		t.Fatalf("Halted(3) = %+v, %v", got, err)
+	}
+	if _, err := d.Halted(11, at); !errors.Is(err, ErrUnknownGap) {
+		t.Fatalf("Halted(not applied) = %v", err)
+	}
+	// Filling the halted gap releases the rest, in order.
+	got, _ = d.Halted(8, at)
+	d3, err := Decide(Delta, got, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: 8, At: at}, nil)
+	if err != nil || !slices.Equal(d3.Applied(), []int64{8, 9}) || d3.Next.Applied != 9 {
+		t.Fatalf("refill: %v %+v %v", d3.Applied(), d3.Next, err)
 	}
 }
