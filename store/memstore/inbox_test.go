@@ -42,3 +42,7 @@ func newInbox(t *testing.T) (store.InboxStore[*memstore.Tx], storetest.Ledger[*m
 func TestInboxConformance(t *testing.T) {
 	storetest.ExerciseInbox(t, newInbox)
 }
+
+func TestInboxFlowConformance(t *testing.T) {
+	storetest.ExerciseInboxFlow(t, newInbox)
+}

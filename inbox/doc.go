@@ -1,0 +1,62 @@
+// Package inbox receives events exactly once per effect: the inbox and
+// per-stream order components of idem (SYSTEM.md components 2 and 3).
+//
+// A Processor handles one event in one transaction of the caller's store
+// (store.InboxStore: SQLite, PostgreSQL, or the memory model), in this
+// order:
+//
+//  1. record (source, id) in the inbox; a row already there means a
+//     redelivery: Duplicate, nothing runs, nothing is written;
+//  2. lock the event's stream (source, subject) and decide with package
+//     order: apply, park (delta after a gap), or drop (duplicate sequence,
+//     stale snapshot, superseded execution);
+//  3. run the caller's ApplyFunc in a savepoint of the same transaction,
+//     then the parked events it released, each in its own savepoint;
+//  4. store the stream, the parked events, the gap log and any dead letter;
+//  5. commit. Only then does Process return a Result that may be
+//     acknowledged.
+//
+// So the inbox row, the order state and the business change commit
+// together or not at all: a crash before the commit leaves nothing (the
+// sender redelivers and it runs), a crash after it leaves the row (the
+// redelivery is a Duplicate).
+//
+// # Failures
+//
+//   - ApplyFunc returns an error wrapped by Invalid: the savepoint is undone
+//     and the event is dead-lettered (reason, stored event, attempts) in the
+//     same transaction; Outcome DeadLettered, which is acknowledged so the
+//     sender stops retrying. Nothing is lost: Requeue runs it again.
+//   - Any other error (or a panic) is transient: the transaction rolls back
+//     and is tried again after Config.Backoff (doubling, jittered), up to
+//     Config.MaxAttempts; the last attempt dead-letters instead.
+//   - A released parked event that fails for good halts the chain: the
+//     events before it stay applied, it becomes a gap and a dead letter,
+//     the events after it stay parked (order.Decision.Halted). A delta is
+//     never skipped.
+//   - An event the order core refuses (no sequence in an ordered mode, two
+//     executions with one rank) is dead-lettered with the reason.
+//   - The store cannot answer, or the commit's outcome is unknown:
+//     ErrUnavailable, not acknowledged; the inbox row settles the
+//     redelivery either way.
+//   - A delta stream already holding Config.MaxParked parked events:
+//     ErrBackpressure, not acknowledged.
+//
+// # Gaps and compensation
+//
+// Snapshot gaps are recorded (ListGaps, metrics, log) and skipped: the
+// newer snapshot holds the facts. Delta gaps are recorded and hold the
+// events behind them. Compensate (or RunCompensator) finds streams whose
+// oldest gap is older than Config.GapDeadline and calls the caller's
+// CompensateFunc in a transaction: it brings the missing facts in (refetch
+// the events, or the source's state as of the gap's end), and the stream
+// moves past the gap and applies what was parked behind it.
+//
+// # Retention
+//
+// Sweep (or RunSweeper) deletes inbox rows and gap records older than
+// Config.Retention (default 72 h). A redelivery after that runs again, so
+// Retention must cover the sender's retry horizon. Dead rows stay until
+// their dead letter is requeued. Parked events and dead letters live in the
+// store only: a backlog costs disk, not memory.
+package inbox

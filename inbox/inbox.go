@@ -1,0 +1,604 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/order"
+	"github.com/idemhq/idem/store"
+)
+
+// Sentinel errors, matched with errors.Is.
+var (
+	// ErrInvalid marks an apply error as permanent: the event can never be
+	// applied as it is (bad payload, unknown type, a business rule it
+	// breaks). The event is dead-lettered at once and acknowledged. Wrap an
+	// error in it with Invalid.
+	ErrInvalid = errors.New("inbox: invalid event")
+
+	// ErrUnavailable is returned (wrapping the store's error) when the store
+	// could not answer or the commit's outcome is unknown. Nothing may be
+	// acknowledged: the sender retries, and the inbox row settles the
+	// redelivery either way.
+	ErrUnavailable = errors.New("inbox: store unavailable")
+
+	// ErrBackpressure is returned when a delta event would park more than
+	// Config.MaxParked sequences on its stream. Nothing was recorded: do not
+	// acknowledge it; the sender retries once the gap fills or is
+	// compensated.
+	ErrBackpressure = errors.New("inbox: too many events parked on the stream")
+
+	// ErrBadConfig is returned by New for an invalid Config.
+	ErrBadConfig = errors.New("inbox: invalid config")
+)
+
+// Invalid wraps err so that errors.Is(err, ErrInvalid) holds: return it from
+// an ApplyFunc for an event that no retry can fix.
+func Invalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalid, err)
+}
+
+// Outcome says what happened to an event. Every outcome is final and may be
+// acknowledged: the transaction that produced it has committed.
+type Outcome uint8
+
+const (
+	// Processed: the event was applied (with any parked events it
+	// released), in the transaction that recorded it.
+	Processed Outcome = iota + 1
+	// Duplicate: the event ID was already in the inbox, or its sequence was
+	// already applied or parked; nothing ran.
+	Duplicate
+	// Stale: a snapshot older than the one applied; dropped.
+	Stale
+	// Superseded: the event belongs to an execution older than the one the
+	// stream follows; dropped.
+	Superseded
+	// Parked: a delta after a gap, stored until the gap fills.
+	Parked
+	// DeadLettered: the event could not be applied (invalid, or a transient
+	// failure outlasted the retry budget) and was stored as a dead letter.
+	DeadLettered
+)
+
+// String returns the outcome's name, as used in metrics and responses.
+func (o Outcome) String() string {
+	switch o {
+	case Processed:
+		return "processed"
+	case Duplicate:
+		return "duplicate"
+	case Stale:
+		return "stale"
+	case Superseded:
+		return "superseded"
+	case Parked:
+		return "parked"
+	case DeadLettered:
+		return "dead_lettered"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Result is what Process and Requeue report once their transaction has
+// committed.
+type Result struct {
+	Outcome Outcome
+	// Applied are the sequences applied in the transaction, in order: the
+	// event's own and the parked ones it released (Processed); empty in
+	// dedup-only mode.
+	Applied []int64
+	// Gap is the run of sequences the event revealed as missing, or nil.
+	Gap *order.Gap
+	// Reset is true when the event started a newer execution of its stream.
+	Reset bool
+	// DeadLetters are the IDs of the dead letters written: the event's own
+	// (Outcome DeadLettered), or a released parked event's that failed.
+	DeadLetters []int64
+	// Reason says why the event was dead-lettered or counted as a
+	// duplicate of a dead letter.
+	Reason string
+	// Attempts is how many times the event was applied in this call.
+	Attempts int
+
+	mode    order.Mode // the stream's mode, for metrics
+	opened  int        // gaps recorded, for metrics
+	housekp bool       // a compensation, not an event: not counted as one
+}
+
+// ApplyFunc applies one event's business change in tx. It must only write
+// through tx (so that its effect commits with the inbox row, or not at
+// all). Return an error wrapped by Invalid for an event no retry can fix; any
+// other error is transient and retried (the whole transaction) up to
+// Config.MaxAttempts, then dead-lettered. A panic counts as a transient
+// error.
+type ApplyFunc[TX any] func(ctx context.Context, tx TX, ev event.Event) error
+
+// CompensateFunc brings the facts of a delta gap into the projection by
+// other means (refetch the missing events, or the source's state as of
+// gap.To), in tx. Returning nil vouches for the facts: the stream moves past
+// the gap and applies the parked events behind it.
+type CompensateFunc[TX any] func(ctx context.Context, tx TX, stream store.StreamKey, gap order.Gap) error
+
+// Config configures a Processor. A nil *Config means all defaults.
+type Config struct {
+	// Mode is how events are ordered per stream: order.Snapshot,
+	// order.Delta, or 0 (the default) for dedup only, where the sequence is
+	// not used.
+	Mode order.Mode
+	// ModeOf, when set, chooses the mode per event (for example by type)
+	// and overrides Mode. Events of one stream must keep one mode.
+	ModeOf func(ev event.Event) order.Mode
+	// ExecutionRank ranks the execution that produced ev among the runs of
+	// its stream's object (1 for the first run, 2 for the first rerun...),
+	// from the caller's records. Defaults to 1 for every event: then every
+	// event of a stream must carry the same executionid (or none), and one
+	// from another execution is dead-lettered as a conflict.
+	ExecutionRank func(ev event.Event) int64
+	// MaxParked bounds the parked sequences per delta stream (see
+	// order.Config). Defaults to order.DefaultMaxParked (1024).
+	MaxParked int
+	// MaxAttempts is how many times a transient apply failure is tried in
+	// one Process call before the event is dead-lettered. Defaults to 3.
+	MaxAttempts int
+	// Backoff is the wait before the second attempt; it doubles for each
+	// further one (with jitter), up to 2 s. Defaults to 50 ms.
+	Backoff time.Duration
+	// Retention is how long inbox rows (and gap records) are kept: a
+	// redelivery within it is a duplicate. It must cover the sender's retry
+	// horizon and be at least twice the signature tolerance. Defaults to 72
+	// hours.
+	Retention time.Duration
+	// GapDeadline is how long a delta gap may stay open before the
+	// compensator handles it. Defaults to 5 minutes.
+	GapDeadline time.Duration
+	// Now is the clock for received times and gaps. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives gaps, dead letters and retries. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+	// Registerer, when set, receives the processor's Prometheus metrics
+	// (idem_inbox_*: events by outcome, gaps by mode, compensations, dead
+	// letters, retries). Defaults to nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Defaults.
+const (
+	DefaultMaxAttempts = 3
+	DefaultBackoff     = 50 * time.Millisecond
+	DefaultRetention   = 72 * time.Hour
+	DefaultGapDeadline = 5 * time.Minute
+	maxBackoff         = 2 * time.Second
+)
+
+// Processor is the inbox and order component: it records each event in the
+// caller's store transaction together with its business change, decides its
+// order, parks, releases, dead-letters and compensates. Safe for concurrent
+// use.
+type Processor[TX any] struct {
+	s     store.InboxStore[TX]
+	apply ApplyFunc[TX]
+	cfg   Config
+	ocfg  *order.Config
+	log   *slog.Logger
+	m     *metrics
+}
+
+// New returns a Processor over s that applies events with apply.
+func New[TX any](s store.InboxStore[TX], apply ApplyFunc[TX], cfg *Config) (*Processor[TX], error) {
+	if s == nil || apply == nil {
+		return nil, fmt.Errorf("%w: store and apply function are required", ErrBadConfig)
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	switch {
+	case c.Mode != 0 && c.Mode != order.Snapshot && c.Mode != order.Delta:
+		return nil, fmt.Errorf("%w: Mode %v", ErrBadConfig, c.Mode)
+	case c.MaxParked < 0, c.MaxAttempts < 0, c.Backoff < 0, c.Retention < 0, c.GapDeadline < 0:
+		return nil, fmt.Errorf("%w: negative MaxParked, MaxAttempts, Backoff, Retention or GapDeadline", ErrBadConfig)
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Backoff == 0 {
+		c.Backoff = DefaultBackoff
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.GapDeadline == 0 {
+		c.GapDeadline = DefaultGapDeadline
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.ExecutionRank == nil {
+		c.ExecutionRank = func(event.Event) int64 { return 1 }
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	m, err := newMetrics(c.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Processor[TX]{s: s, apply: apply, cfg: c, ocfg: &order.Config{MaxParked: c.MaxParked}, log: log, m: m}, nil
+}
+
+// Config returns the configuration in effect, with defaults filled in.
+func (p *Processor[TX]) Config() Config { return p.cfg }
+
+// Process records ev and applies it in one transaction, retrying transient
+// apply failures with backoff. It returns only after that transaction has
+// committed (then the Result may be acknowledged) or with an error (then
+// nothing may be acknowledged: ErrUnavailable, ErrBackpressure, the
+// context's error).
+func (p *Processor[TX]) Process(ctx context.Context, ev event.Event) (Result, error) {
+	return p.run(ctx, ev, nil)
+}
+
+// Requeue takes dead letter id and processes its event again, in the
+// transaction that removes it: applied, parked, or dead-lettered again
+// (with a new ID and its attempts added up). An event that was handled by
+// other means meanwhile (its inbox row is no longer dead) is not run:
+// Outcome Duplicate. Returns store.ErrNotFound (wrapped) for an unknown id.
+func (p *Processor[TX]) Requeue(ctx context.Context, id int64) (Result, error) {
+	return p.run(ctx, event.Event{}, &id)
+}
+
+// errTransient carries a transient apply failure out of the transaction so
+// that it rolls back and run tries again.
+type errTransient struct{ err error }
+
+func (e errTransient) Error() string { return e.err.Error() }
+func (e errTransient) Unwrap() error { return e.err }
+
+func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64) (Result, error) {
+	return p.retry(ctx, ev, func(ctx context.Context, tx TX, attempt int, last bool) (Result, error) {
+		e := ev
+		var prior *store.DeadLetter
+		if requeue != nil {
+			d, wasDead, err := p.s.TakeDeadLetterTx(ctx, tx, *requeue)
+			if err != nil {
+				return Result{}, err
+			}
+			if !wasDead {
+				return Result{Outcome: Duplicate, Reason: "the event was handled after it was dead-lettered"}, nil
+			}
+			if e, err = Decode(d.Event); err != nil {
+				return Result{}, fmt.Errorf("%w: dead letter %d: %w", store.ErrCorrupt, d.ID, err)
+			}
+			prior = &d
+		}
+		return p.processTx(ctx, tx, e, attempt, last, prior)
+	})
+}
+
+// retry runs attempt in a transaction, again (after a backoff) while it
+// fails with a transient apply error and attempts remain.
+func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(ctx context.Context, tx TX, n int, last bool) (Result, error)) (Result, error) {
+	for n := 1; ; n++ {
+		last := n >= p.cfg.MaxAttempts
+		var res Result
+		err := p.s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			var err error
+			res, err = attempt(ctx, tx, n, last)
+			return err
+		})
+		if err == nil {
+			res.Attempts = n
+			p.m.observe(res)
+			return res, nil
+		}
+		var te errTransient
+		switch {
+		case errors.As(err, &te) && !last:
+			wait := p.backoff(n)
+			p.m.retries.Inc()
+			p.log.WarnContext(ctx, "inbox: transient apply failure, retrying", "source", ev.Source, "id", ev.ID, "attempt", n, "retry_in", wait, "error", te.err)
+			select {
+			case <-ctx.Done():
+				return Result{}, fmt.Errorf("inbox: %w (last apply error: %w)", ctx.Err(), te.err)
+			case <-time.After(wait):
+			}
+		case errors.Is(err, ErrBackpressure):
+			p.m.backpressure.Inc()
+			return Result{}, err
+		case errors.Is(err, store.ErrCorrupt), errors.Is(err, store.ErrNotFound):
+			return Result{}, err
+		case ctx.Err() != nil:
+			return Result{}, fmt.Errorf("inbox: %w", ctx.Err())
+		default:
+			p.m.unavailable.Inc()
+			return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+}
+
+func (p *Processor[TX]) backoff(attempt int) time.Duration {
+	d := p.cfg.Backoff << (attempt - 1)
+	if d <= 0 || d > maxBackoff {
+		d = maxBackoff
+	}
+	// Full jitter on the upper half keeps retries of one burst apart.
+	return d/2 + rand.N(d/2+1)
+}
+
+// processTx is one attempt, inside tx.
+func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, attempt int, last bool, prior *store.DeadLetter) (Result, error) {
+	now := p.cfg.Now()
+	key := store.EventKey{Source: ev.Source, ID: ev.ID}
+	status, inserted, err := p.s.RecordEventTx(ctx, tx, key, now)
+	if err != nil {
+		return Result{}, err
+	}
+	if !inserted {
+		r := Result{Outcome: Duplicate}
+		if status == store.EventDead {
+			r.Reason = "the event was dead-lettered earlier"
+		}
+		return r, nil
+	}
+	mode := p.cfg.Mode
+	if p.cfg.ModeOf != nil {
+		mode = p.cfg.ModeOf(ev)
+	}
+	if mode == 0 {
+		id, reason, err := p.applyOrDead(ctx, tx, ev, attempt, last, prior, now)
+		if err != nil || id == 0 {
+			return Result{Outcome: Processed}, err
+		}
+		return Result{Outcome: DeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
+	}
+
+	sk := store.StreamKey{Source: ev.Source, Subject: ev.Subject}
+	raw, err := p.s.LockStreamTx(ctx, tx, sk)
+	if err != nil {
+		return Result{}, err
+	}
+	var s order.Stream
+	if raw != nil {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return Result{}, fmt.Errorf("%w: stream %v: %w", store.ErrCorrupt, sk, err)
+		}
+	}
+	exec := ev.ExecutionID
+	if exec == "" {
+		exec = "-"
+	}
+	in := order.Incoming{Execution: exec, ExecutionSeq: p.cfg.ExecutionRank(ev), Sequence: ev.Sequence, At: now}
+	d, err := order.Decide(mode, s, in, p.ocfg)
+	switch {
+	case errors.Is(err, order.ErrParkedLimit):
+		return Result{}, fmt.Errorf("%w: %w", ErrBackpressure, err)
+	case errors.Is(err, order.ErrBadStream), errors.Is(err, order.ErrBadMode), errors.Is(err, order.ErrBadConfig):
+		return Result{}, fmt.Errorf("%w: stream %v: %w", store.ErrCorrupt, sk, err)
+	case err != nil:
+		// Bad sequence, no or conflicting execution: the event itself is at
+		// fault, and no retry changes it.
+		reason := err.Error()
+		id, derr := p.deadLetter(ctx, tx, ev, reason, 0, prior, now)
+		if derr != nil {
+			return Result{}, derr
+		}
+		return Result{Outcome: DeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
+	}
+
+	res := Result{Reset: d.Reset, Gap: d.Gap}
+	switch d.Action {
+	case order.Duplicate, order.Stale, order.Superseded:
+		res.Outcome = map[order.Action]Outcome{order.Duplicate: Duplicate, order.Stale: Stale, order.Superseded: Superseded}[d.Action]
+		return res, nil
+	case order.Park:
+		b, err := Encode(ev)
+		if err != nil {
+			return Result{}, err
+		}
+		if err := p.s.ParkTx(ctx, tx, sk, store.ParkedEvent{Sequence: ev.Sequence, Event: b}); err != nil {
+			return Result{}, err
+		}
+		res.Outcome = Parked
+		return res, p.commitStream(ctx, tx, sk, mode, s, d, d.Next, now, &res)
+	}
+
+	// Apply: the event first. If it fails for good, nothing of the decision
+	// happens (no reset, no gap): it is dead-lettered and the stream stays.
+	id, reason, err := p.applyOrDead(ctx, tx, ev, attempt, last, prior, now)
+	if err != nil {
+		return Result{}, err
+	}
+	if id != 0 {
+		return Result{Outcome: DeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
+	}
+	res.Outcome = Processed
+	next, applied, dead, err := p.applyReleased(ctx, tx, sk, d, attempt, last, now)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Applied = append([]int64{ev.Sequence}, applied...)
+	res.DeadLetters = dead
+	return res, p.commitStream(ctx, tx, sk, mode, s, d, next, now, &res)
+}
+
+// applyReleased applies the parked events d released, in order, each taken
+// from the store just before it runs: a bad one halts the chain (it becomes
+// a gap, see order.Decision.Halted) and its successors stay parked. It
+// returns the stream to store, the sequences applied and the dead letters
+// written.
+func (p *Processor[TX]) applyReleased(ctx context.Context, tx TX, sk store.StreamKey, d order.Decision, attempt int, last bool, now time.Time) (order.Stream, []int64, []int64, error) {
+	var applied, dead []int64
+	for _, seq := range d.Released {
+		pe, err := p.s.UnparkTx(ctx, tx, sk, []int64{seq})
+		if err != nil {
+			return order.Stream{}, nil, nil, err
+		}
+		pev, err := Decode(pe[0].Event)
+		if err != nil {
+			return order.Stream{}, nil, nil, fmt.Errorf("%w: parked %v/%d: %w", store.ErrCorrupt, sk, seq, err)
+		}
+		id, _, err := p.applyOrDead(ctx, tx, pev, attempt, last, nil, now)
+		if err != nil {
+			return order.Stream{}, nil, nil, err
+		}
+		if id != 0 {
+			next, err := d.Halted(seq, now)
+			if err != nil {
+				return order.Stream{}, nil, nil, fmt.Errorf("%w: %w", store.ErrCorrupt, err)
+			}
+			return next, applied, append(dead, id), nil
+		}
+		applied = append(applied, seq)
+	}
+	return d.Next, applied, dead, nil
+}
+
+// applyOrDead applies ev in a savepoint. On success it returns 0. When the
+// failure is permanent (ErrInvalid), or transient on the last attempt, the
+// savepoint's writes are undone and ev is dead-lettered in tx: it returns
+// the dead letter's ID and reason. Other transient failures return
+// errTransient, which rolls back the whole transaction for another attempt.
+func (p *Processor[TX]) applyOrDead(ctx context.Context, tx TX, ev event.Event, attempt int, last bool, prior *store.DeadLetter, now time.Time) (int64, string, error) {
+	err := p.s.Savepoint(ctx, tx, func(ctx context.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("apply panicked: %v\n%s", r, debug.Stack())
+			}
+		}()
+		return p.apply(ctx, tx, ev)
+	})
+	if err == nil {
+		return 0, "", nil
+	}
+	if ctx.Err() != nil {
+		return 0, "", ctx.Err() // not the event's fault
+	}
+	permanent := errors.Is(err, ErrInvalid)
+	if !permanent && !last {
+		return 0, "", errTransient{err}
+	}
+	reason := "invalid: " + err.Error()
+	if !permanent {
+		reason = fmt.Sprintf("failed %d times, last: %v", attempt, err)
+	}
+	id, derr := p.deadLetter(ctx, tx, ev, reason, attempt, prior, now)
+	return id, reason, derr
+}
+
+// deadLetter stores ev as a dead letter in tx (its inbox row becomes dead).
+func (p *Processor[TX]) deadLetter(ctx context.Context, tx TX, ev event.Event, reason string, attempts int, prior *store.DeadLetter, now time.Time) (int64, error) {
+	b, err := Encode(ev)
+	if err != nil {
+		return 0, err
+	}
+	d := store.DeadLetter{
+		Key:      store.EventKey{Source: ev.Source, ID: ev.ID},
+		Stream:   store.StreamKey{Source: ev.Source, Subject: ev.Subject},
+		Sequence: ev.Sequence, Reason: reason, Event: b, Attempts: attempts,
+		FirstFailed: now, LastFailed: now,
+	}
+	if prior != nil && prior.Key == d.Key {
+		d.Attempts += prior.Attempts
+		d.FirstFailed = prior.FirstFailed
+	}
+	id, err := p.s.DeadLetterTx(ctx, tx, d)
+	if err != nil {
+		return 0, err
+	}
+	p.log.WarnContext(ctx, "inbox: event dead-lettered", "dead_letter", id, "source", ev.Source, "id", ev.ID,
+		"subject", ev.Subject, "sequence", ev.Sequence, "attempts", d.Attempts, "reason", reason)
+	return id, nil
+}
+
+// commitStream stores the stream after a decision: the new state, the
+// parked events a reset discarded, and the gap log.
+func (p *Processor[TX]) commitStream(ctx context.Context, tx TX, sk store.StreamKey, mode order.Mode, before order.Stream, d order.Decision, next order.Stream, now time.Time, res *Result) error {
+	b, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	var since time.Time
+	if len(next.Gaps) > 0 {
+		since = next.Gaps[0].FirstSeen
+	}
+	if err := p.s.PutStreamTx(ctx, tx, sk, b, since); err != nil {
+		return err
+	}
+	if d.Reset && len(d.Discarded) > 0 {
+		if err := p.s.DropParkedTx(ctx, tx, sk, d.Discarded); err != nil {
+			return err
+		}
+		p.log.InfoContext(ctx, "inbox: stream follows a newer execution; parked events of the old one dropped",
+			"source", sk.Source, "subject", sk.Subject, "execution", next.Execution, "dropped", len(d.Discarded))
+	}
+	// Gaps this decision opened: a snapshot's skipped run, or delta gaps
+	// the stream did not hold before (the event's own, one a halt opened).
+	var opened []order.Gap
+	if mode == order.Snapshot && d.Gap != nil {
+		opened = append(opened, *d.Gap)
+	}
+	old := before.Gaps
+	if d.Reset {
+		old = nil
+	}
+	for _, g := range next.Gaps {
+		if !containsGap(old, g) {
+			opened = append(opened, g)
+		}
+	}
+	for _, g := range opened {
+		if err := p.s.RecordGapTx(ctx, tx, store.GapRecord{Stream: sk, From: g.From, To: g.To, Delta: mode == order.Delta, FirstSeen: now}); err != nil {
+			return err
+		}
+		p.log.WarnContext(ctx, "inbox: gap in stream", "source", sk.Source, "subject", sk.Subject, "mode", mode, "from", g.From, "to", g.To)
+	}
+	if res != nil {
+		res.mode, res.opened = mode, len(opened)
+	}
+	return nil
+}
+
+func containsGap(gaps []order.Gap, g order.Gap) bool {
+	for _, o := range gaps {
+		if o.From <= g.From && g.To <= o.To {
+			return true
+		}
+	}
+	return false
+}
+
+// Encode renders ev as stored in parked events and dead letters:
+// structured-mode CloudEvents JSON (only the fields of event.Event).
+func Encode(ev event.Event) ([]byte, error) {
+	_, body, err := event.ToHTTP(ev, event.Structured)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: encode event %q: %w", ev.ID, err)
+	}
+	return body, nil
+}
+
+// Decode parses what Encode stored.
+func Decode(b []byte) (event.Event, error) {
+	r, err := http.NewRequest(http.MethodPost, "/", nil)
+	if err != nil {
+		return event.Event{}, err
+	}
+	r.Header.Set("Content-Type", "application/cloudevents+json")
+	return event.FromHTTP(r, b, &event.Config{AllowMissingSequence: true})
+}
