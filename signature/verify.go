@@ -37,6 +37,14 @@ func NewVerifier(scheme Scheme, secrets []string, cfg *Config) (*Verifier, error
 	return &Verifier{scheme: scheme, keys: keys, tolerance: c.Tolerance, now: c.Now}, nil
 }
 
+// Tolerance returns how far a timestamp may be from the clock, either way:
+// a receiver's dedup window must be at least twice it, so that a replay
+// inside the window is always caught by the inbox.
+func (v *Verifier) Tolerance() time.Duration { return v.tolerance }
+
+// Scheme returns the scheme the Verifier checks.
+func (v *Verifier) Scheme() Scheme { return v.scheme }
+
 // Verify checks header against the raw body, exactly as received and before
 // any parsing or decoding of it. It returns nil when one signature matches
 // under one secret and the timestamp is within the tolerance of the clock

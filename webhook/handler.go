@@ -1,0 +1,262 @@
+package webhook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/httpidem"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/order"
+	"github.com/idemhq/idem/signature"
+)
+
+// Problem type slugs (Config.ProblemBase + slug). doc.go says when each is
+// answered.
+const (
+	SlugMethodNotAllowed   = "method-not-allowed"
+	SlugBodyTooLarge       = "body-too-large"
+	SlugBodyUnreadable     = "body-unreadable"
+	SlugSignatureMalformed = "signature-malformed"
+	SlugSignatureInvalid   = "signature-invalid"
+	SlugSignatureExpired   = "signature-expired"
+	SlugEventMalformed     = "event-malformed"
+	SlugEventBadSequence   = "event-bad-sequence"
+	SlugEventNotOwned      = "event-not-owned"
+	SlugStoreUnavailable   = "store-unavailable"
+	SlugStreamBacklogFull  = "stream-backlog-full"
+	SlugInternal           = "internal-error"
+)
+
+var titles = map[string]string{
+	SlugMethodNotAllowed:   "Only POST is accepted",
+	SlugBodyTooLarge:       "The body is over the limit",
+	SlugBodyUnreadable:     "The body could not be read",
+	SlugSignatureMalformed: "The signature headers are malformed",
+	SlugSignatureInvalid:   "No signature matches",
+	SlugSignatureExpired:   "The signature's timestamp is outside the window",
+	SlugEventMalformed:     "The body is not a valid CloudEvent",
+	SlugEventBadSequence:   "The event's sequence is missing or invalid",
+	SlugEventNotOwned:      "The event does not belong to this endpoint",
+	SlugStoreUnavailable:   "The store is unavailable; retry later",
+	SlugStreamBacklogFull:  "Too many events wait behind a gap in this stream; retry later",
+	SlugInternal:           "Internal error",
+}
+
+// Defaults.
+const (
+	// DefaultMaxBody is Config.MaxBody's default: 1 MiB.
+	DefaultMaxBody = 1 << 20
+	// DefaultRetryAfter is Config.RetryAfter's default.
+	DefaultRetryAfter = 5 * time.Second
+)
+
+// Config configures a Handler. Verifier is required unless Unsigned is set.
+type Config struct {
+	// Verifier checks the signature over the raw body before anything else.
+	Verifier *signature.Verifier
+	// Unsigned accepts requests without checking any signature: only for an
+	// endpoint that something else authenticates (mTLS, a private network).
+	// Defaults to false; New refuses a nil Verifier without it.
+	Unsigned bool
+	// Event configures CloudEvent parsing: the ownership check
+	// (event.Config.Owner, e.g. event.SourcePrefixes) and whether a missing
+	// sequence is accepted. Defaults to nil: no ownership check, sequence
+	// required.
+	Event *event.Config
+	// MaxBody is the largest body accepted, in bytes; larger is 413 before
+	// the signature is checked. Defaults to DefaultMaxBody.
+	MaxBody int64
+	// RetryAfter is sent with 503 answers. Defaults to DefaultRetryAfter.
+	RetryAfter time.Duration
+	// ProblemBase prefixes problem type URIs. Defaults to
+	// httpidem.DefaultProblemBase.
+	ProblemBase string
+	// Registerer, when set, receives idem_webhook_requests_total{result}
+	// and idem_webhook_request_duration_seconds. The inbox's own metrics
+	// (outcomes, gaps) are registered by inbox.Config.Registerer.
+	Registerer prometheus.Registerer
+	// Logger receives rejected requests and errors. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Response is the JSON body of every 200 answer: the outcome of the event,
+// which the sender may log; any 200 means "stop retrying".
+type Response struct {
+	Outcome string `json:"outcome"`
+	// Source and ID echo the event.
+	Source string `json:"source"`
+	ID     string `json:"id"`
+	// Applied are the sequences applied in the transaction (the event's and
+	// those it released from parking).
+	Applied []int64 `json:"applied,omitempty"`
+	// Gap is the run of sequences this event revealed as missing.
+	Gap *order.Gap `json:"gap,omitempty"`
+	// DeadLetters are the IDs of the dead letters written.
+	DeadLetters []int64 `json:"dead_letters,omitempty"`
+	// Reason says why the event was dead-lettered.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Handler is the http.Handler of one webhook endpoint: verify → parse the
+// CloudEvent → ownership → inbox and order in one transaction → the
+// processor's apply function → answer.
+type Handler[TX any] struct {
+	p        *inbox.Processor[TX]
+	cfg      Config
+	log      *slog.Logger
+	requests *prometheus.CounterVec
+	duration prometheus.Histogram
+}
+
+// New returns the endpoint's handler over processor p. It refuses a
+// processor whose Retention is shorter than twice the signature tolerance
+// (a replay inside the signature window would run twice).
+func New[TX any](p *inbox.Processor[TX], cfg *Config) (*Handler[TX], error) {
+	if p == nil {
+		return nil, errors.New("webhook: nil processor")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Verifier == nil && !c.Unsigned {
+		return nil, errors.New("webhook: Config.Verifier is required (or set Unsigned for an endpoint authenticated otherwise)")
+	}
+	if c.Verifier != nil {
+		if r, tol := p.Config().Retention, c.Verifier.Tolerance(); r < 2*tol {
+			return nil, fmt.Errorf("webhook: inbox retention %v is shorter than twice the signature tolerance %v: a replay inside the window would run again", r, tol)
+		}
+	}
+	if c.MaxBody < 0 || c.RetryAfter < 0 {
+		return nil, errors.New("webhook: negative MaxBody or RetryAfter")
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = DefaultMaxBody
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.ProblemBase == "" {
+		c.ProblemBase = httpidem.DefaultProblemBase
+	}
+	h := &Handler[TX]{p: p, cfg: c, log: c.Logger}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_webhook_requests_total",
+		Help: "Webhook requests by result: an inbox outcome (processed, duplicate, stale, superseded, parked, dead_lettered) or a problem slug (signature-invalid, event-malformed, store-unavailable, ...).",
+	}, []string{"result"})
+	h.duration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "idem_webhook_request_duration_seconds",
+		Help:    "Time from the request to its answer, including the transaction.",
+		Buckets: prometheus.DefBuckets,
+	})
+	if c.Registerer != nil {
+		for _, col := range []prometheus.Collector{h.requests, h.duration} {
+			if err := c.Registerer.Register(col); err != nil {
+				return nil, fmt.Errorf("webhook: registering metrics: %w", err)
+			}
+		}
+	}
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler[TX]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { h.duration.Observe(time.Since(start).Seconds()) }()
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		h.problem(w, SlugMethodNotAllowed, http.StatusMethodNotAllowed, "")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.problem(w, SlugBodyTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("the limit is %d bytes", h.cfg.MaxBody))
+			return
+		}
+		h.problem(w, SlugBodyUnreadable, http.StatusBadRequest, err.Error())
+		return
+	}
+	if h.cfg.Verifier != nil {
+		if err := h.cfg.Verifier.Verify(r.Header, body); err != nil {
+			switch {
+			case errors.Is(err, signature.ErrExpired):
+				h.problem(w, SlugSignatureExpired, http.StatusUnauthorized, err.Error())
+			case errors.Is(err, signature.ErrBadSignature):
+				h.problem(w, SlugSignatureInvalid, http.StatusUnauthorized, "")
+			default:
+				h.problem(w, SlugSignatureMalformed, http.StatusBadRequest, err.Error())
+			}
+			return
+		}
+	}
+	ev, err := event.FromHTTP(r, body, h.cfg.Event)
+	if err != nil {
+		switch {
+		case errors.Is(err, event.ErrNotOwned):
+			h.problem(w, SlugEventNotOwned, http.StatusForbidden, err.Error())
+		case errors.Is(err, event.ErrBadSequence):
+			h.problem(w, SlugEventBadSequence, http.StatusBadRequest, err.Error())
+		default:
+			h.problem(w, SlugEventMalformed, http.StatusBadRequest, err.Error())
+		}
+		return
+	}
+	res, err := h.p.Process(r.Context(), ev)
+	if err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int((h.cfg.RetryAfter+time.Second-1)/time.Second)))
+		switch {
+		case errors.Is(err, inbox.ErrBackpressure):
+			h.problem(w, SlugStreamBacklogFull, http.StatusServiceUnavailable, "")
+		case errors.Is(err, inbox.ErrUnavailable), r.Context().Err() != nil:
+			h.log.WarnContext(r.Context(), "webhook: event not acknowledged", "source", ev.Source, "id", ev.ID, "error", err)
+			h.problem(w, SlugStoreUnavailable, http.StatusServiceUnavailable, "")
+		default:
+			w.Header().Del("Retry-After")
+			h.log.ErrorContext(r.Context(), "webhook: event failed", "source", ev.Source, "id", ev.ID, "error", err)
+			h.problem(w, SlugInternal, http.StatusInternalServerError, "")
+		}
+		return
+	}
+	h.requests.WithLabelValues(res.Outcome.String()).Inc()
+	b, err := json.Marshal(Response{
+		Outcome: res.Outcome.String(), Source: ev.Source, ID: ev.ID,
+		Applied: res.Applied, Gap: res.Gap, DeadLetters: res.DeadLetters, Reason: res.Reason,
+	})
+	if err != nil { // plain types always marshal
+		b = []byte(`{}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+func (h *Handler[TX]) problem(w http.ResponseWriter, slug string, status int, detail string) {
+	h.requests.WithLabelValues(slug).Inc()
+	writeProblem(w, h.cfg.ProblemBase, slug, status, detail)
+}
+
+const httpidemBase = httpidem.DefaultProblemBase
+
+func writeProblem(w http.ResponseWriter, base, slug string, status int, detail string) {
+	title := titles[slug]
+	if title == "" {
+		title = http.StatusText(status)
+	}
+	httpidem.WriteProblem(w, base, slug, title, status, detail)
+}
