@@ -106,7 +106,6 @@ func orderEvent(obj string, seq int64, add int) event.Event {
 		Subject: obj, Sequence: seq, DataContentType: "application/json", Data: []byte(`{"add":` + strconv.Itoa(add) + `}`)}
 }
 
-
 // send posts ev signed at ts (binary mode unless structured) and returns the
 // response.
 func (f *fixture) send(t *testing.T, ev event.Event, mode event.Mode, ts time.Time, mutate func(http.Header, []byte) []byte) *httptest.ResponseRecorder {

@@ -60,8 +60,22 @@
 // changes nothing and gets store.ErrFenced. Sweep deletes expired records in
 // batches, oldest first, through the expires_at index.
 //
-// The statements live in sql/*.sql. Those run on the pool are prepared once
-// by New (compiling is a third of a point read's CPU time with this
-// driver); inside a transaction they run unprepared, so CompleteTx accepts a
-// transaction from any handle on the file.
+// The statements live in sql/*.sql. Those of the request keys run on the
+// pool are prepared once by New (compiling is a third of a point read's CPU
+// time with this driver); inside a transaction they run unprepared, so
+// CompleteTx accepts a transaction from any handle on the file.
+//
+// # Inbox
+//
+// Store is also a store.InboxStore (migration 002): the inbox rows of
+// events, the state of order streams, parked events, the gap log and dead
+// letters, in tables idem_inbox, idem_streams, idem_parked, idem_gaps and
+// idem_dead_letters. The *Tx methods run in the caller's transaction, which
+// holds the database's write lock from BEGIN (InTx), so that reading a
+// stream's state locks the stream; Savepoint nests SQLite savepoints so
+// that one event's writes can be undone and the transaction kept. The
+// sweep of done inbox rows and old gaps runs in batches through partial
+// and time indexes, and dead inbox rows stay until their dead letter is
+// taken. The inbox's statements run unprepared: those outside a
+// transaction serve operators and sweepers, off the hot path.
 package sqlitestore
