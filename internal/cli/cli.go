@@ -47,5 +47,6 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newProxyCmd())
 	root.AddCommand(loadtest.Command())
 	root.AddCommand(webhookcmd.Command())
+	root.AddCommand(newInboxCmd())
 	return root
 }
