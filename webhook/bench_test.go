@@ -1,0 +1,217 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/order"
+	"github.com/idemhq/idem/signature"
+	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/store/sqlitestore"
+	"github.com/idemhq/idem/webhook"
+)
+
+// The handler benchmarks measure events per second through the whole
+// endpoint (signature check, CloudEvent parsing, inbox row, order state,
+// apply, commit) against a baseline handler that does the same business
+// write without idem: read the body, decode the payload, and update the
+// order's row in one transaction. Both are served in-process (no network)
+// from bodies built and signed the same way, so the ratio is idem's cost.
+// Run both sides in one invocation and compare them:
+//
+//	go test -run '^$' -bench Handler -count 6 ./webhook
+
+const benchObjects = 1000
+
+type benchPayload struct {
+	Add int `json:"add"`
+}
+
+// benchRequests builds signed delta events: event i is sequence i/objects+1
+// of object i%objects, so every object's stream advances in order.
+type benchRequests struct {
+	n      atomic.Int64
+	signer *signature.Signer
+}
+
+func (g *benchRequests) next(b *testing.B) *http.Request {
+	i := g.n.Add(1) - 1
+	obj := "o-" + strconv.FormatInt(i%benchObjects, 10)
+	ev := event.Event{ID: "e-" + strconv.FormatInt(i, 10), Source: "https://shop.example/orders", Type: "order.paid",
+		Subject: obj, Sequence: i/benchObjects + 1, DataContentType: "application/json", Data: []byte(`{"add":7}`)}
+	hdr, body, err := event.ToHTTP(ev, event.Binary)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sig, err := g.signer.Sign(body, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for k, v := range sig {
+		hdr[k] = v
+	}
+	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	r.Header = hdr
+	return r
+}
+
+func serveBench(b *testing.B, h http.Handler) {
+	b.Helper()
+	signer, err := signature.NewSigner(signature.SchemeIdem, []string{secret}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := &benchRequests{signer: signer}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, g.next(b))
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// baseline is the same business write without idem.
+func baseline(write func(ctx context.Context, obj string, add int) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		var p benchPayload
+		if err == nil {
+			err = json.Unmarshal(body, &p)
+		}
+		if err == nil {
+			err = write(r.Context(), r.Header.Get("Ce-Subject"), p.Add)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
+func benchVerifier(b *testing.B) *signature.Verifier {
+	v, err := signature.NewVerifier(signature.SchemeIdem, []string{secret}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
+
+func BenchmarkHandler(b *testing.B) {
+	b.Run("sqlite", func(b *testing.B) {
+		open := func(b *testing.B) (*sql.DB, *sqlitestore.Store) {
+			db, err := sqlitestore.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { db.Close() })
+			if _, err := sqlitestore.Migrate(context.Background(), db); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := db.Exec(`CREATE TABLE orders (id TEXT PRIMARY KEY, paid INTEGER NOT NULL)`); err != nil {
+				b.Fatal(err)
+			}
+			s, err := sqlitestore.New(db, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return db, s
+		}
+		upsert := `INSERT INTO orders (id, paid) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET paid = paid + excluded.paid`
+		b.Run("idem", func(b *testing.B) {
+			_, s := open(b)
+			apply := func(ctx context.Context, tx *sql.Tx, ev event.Event) error {
+				var p benchPayload
+				if err := json.Unmarshal(ev.Data, &p); err != nil {
+					return inbox.Invalid(err)
+				}
+				_, err := tx.ExecContext(ctx, upsert, ev.Subject, p.Add)
+				return err
+			}
+			p, err := inbox.New(s, apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h, err := webhook.New(p, &webhook.Config{Verifier: benchVerifier(b), Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			serveBench(b, h)
+		})
+		b.Run("baseline", func(b *testing.B) {
+			_, s := open(b)
+			serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
+				return s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+					_, err := tx.ExecContext(ctx, upsert, obj, add)
+					return err
+				})
+			}))
+		})
+	})
+	b.Run("postgres", func(b *testing.B) {
+		open := func(b *testing.B) *pgstore.Store {
+			pool := testdb.Postgres(b)
+			ctx := context.Background()
+			if _, err := pgstore.Migrate(ctx, pool); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := pool.Exec(ctx, `CREATE TABLE orders (id text PRIMARY KEY, paid bigint NOT NULL)`); err != nil {
+				b.Fatal(err)
+			}
+			s, err := pgstore.New(pool, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}
+		upsert := `INSERT INTO orders (id, paid) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET paid = orders.paid + excluded.paid`
+		b.Run("idem", func(b *testing.B) {
+			s := open(b)
+			apply := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+				var p benchPayload
+				if err := json.Unmarshal(ev.Data, &p); err != nil {
+					return inbox.Invalid(err)
+				}
+				_, err := tx.Exec(ctx, upsert, ev.Subject, p.Add)
+				return err
+			}
+			p, err := inbox.New(s, apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h, err := webhook.New(p, &webhook.Config{Verifier: benchVerifier(b), Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			serveBench(b, h)
+		})
+		b.Run("baseline", func(b *testing.B) {
+			s := open(b)
+			serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
+				return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, upsert, obj, add)
+					return err
+				})
+			}))
+		})
+	})
+}
