@@ -1,4 +1,5 @@
-// Package pgstore is the PostgreSQL store for idem's request keys, on pgx v5.
+// Package pgstore is the PostgreSQL store for idem's request keys and for
+// its event inbox and per-stream order, on pgx v5.
 // Many idem processes may share one database: every state change is one
 // atomic statement, and every write by a claim holder is fenced by its
 // epoch and owner.
@@ -44,6 +45,20 @@
 // reads the winner's row under the lock the upsert took (see sql/claim.sql).
 // Sweep deletes expired records in batches with FOR UPDATE SKIP LOCKED, so
 // sweepers in several processes never wait on each other or on a claim.
+//
+// # Inbox
+//
+// Store also implements store.InboxStore[pgx.Tx] on the tables of
+// migrations/002_idem_inbox.sql; its *Tx methods run in the caller's
+// transaction. Concurrent transactions are serialised by PostgreSQL's
+// locks, never by the process: two recording one event wait on the inbox
+// row's primary key, and LockStreamTx holds the stream row's lock (SELECT
+// ... FOR UPDATE, or the insert of a placeholder row for a stream never
+// seen, so that a new stream is locked too) until the transaction ends.
+// Savepoint sets a SQL savepoint and rolls back to it when the event fails,
+// which also ends the aborted state a failed statement leaves the
+// transaction in. SweepInbox deletes in batches with FOR UPDATE SKIP
+// LOCKED, like Sweep.
 //
 // # Durability
 //

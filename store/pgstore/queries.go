@@ -21,4 +21,37 @@ var (
 	markUnknownSQL string
 	//go:embed sql/sweep.sql
 	sweepSQL string
+
+	// The inbox's (inbox.go).
+
+	//go:embed sql/inbox_record.sql
+	inboxRecordSQL string
+	//go:embed sql/stream_lock.sql
+	streamLockSQL string
+	//go:embed sql/stream_insert.sql
+	streamInsertSQL string
+	//go:embed sql/stream_put.sql
+	streamPutSQL string
+	//go:embed sql/park.sql
+	parkSQL string
+	//go:embed sql/unpark.sql
+	unparkSQL string
+	//go:embed sql/drop_parked.sql
+	dropParkedSQL string
+	//go:embed sql/gap_record.sql
+	gapRecordSQL string
+	//go:embed sql/dead_letter.sql
+	deadLetterSQL string
+	//go:embed sql/take_dead_letter.sql
+	takeDeadLetterSQL string
+	//go:embed sql/list_dead_letters.sql
+	listDeadLettersSQL string
+	//go:embed sql/list_gaps.sql
+	listGapsSQL string
+	//go:embed sql/list_stream_gaps.sql
+	listStreamGapsSQL string
+	//go:embed sql/overdue_streams.sql
+	overdueStreamsSQL string
+	//go:embed sql/sweep_inbox.sql
+	sweepInboxSQL string
 )
