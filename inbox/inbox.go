@@ -411,6 +411,9 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, at
 		if err != nil {
 			return Result{}, err
 		}
+		if err := p.dropDiscarded(ctx, tx, sk, d); err != nil {
+			return Result{}, err
+		}
 		if err := p.s.ParkTx(ctx, tx, sk, store.ParkedEvent{Sequence: ev.Sequence, Event: b}); err != nil {
 			return Result{}, err
 		}
@@ -426,6 +429,10 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, at
 	}
 	if id != 0 {
 		return Result{Outcome: DeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
+	}
+	// Only now, with the event applied, does the reset happen.
+	if err := p.dropDiscarded(ctx, tx, sk, d); err != nil {
+		return Result{}, err
 	}
 	res.Outcome = Processed
 	next, applied, dead, err := p.applyReleased(ctx, tx, sk, d, attempt, last, now)
@@ -526,8 +533,24 @@ func (p *Processor[TX]) deadLetter(ctx context.Context, tx TX, ev event.Event, r
 	return id, nil
 }
 
-// commitStream stores the stream after a decision: the new state, the
-// parked events a reset discarded, and the gap log.
+// dropDiscarded deletes the parked events of the execution a reset left
+// behind. It must run before the new execution parks anything: parked
+// events are stored by (stream, sequence), and the new execution's sequences
+// start again at 1.
+func (p *Processor[TX]) dropDiscarded(ctx context.Context, tx TX, sk store.StreamKey, d order.Decision) error {
+	if !d.Reset || len(d.Discarded) == 0 {
+		return nil
+	}
+	if err := p.s.DropParkedTx(ctx, tx, sk, d.Discarded); err != nil {
+		return err
+	}
+	p.log.InfoContext(ctx, "inbox: stream follows a newer execution; parked events of the old one dropped",
+		"source", sk.Source, "subject", sk.Subject, "execution", d.Next.Execution, "dropped", len(d.Discarded))
+	return nil
+}
+
+// commitStream stores the stream after a decision: the new state and the
+// gap log.
 func (p *Processor[TX]) commitStream(ctx context.Context, tx TX, sk store.StreamKey, mode order.Mode, before order.Stream, d order.Decision, next order.Stream, now time.Time, res *Result) error {
 	b, err := json.Marshal(next)
 	if err != nil {
@@ -539,13 +562,6 @@ func (p *Processor[TX]) commitStream(ctx context.Context, tx TX, sk store.Stream
 	}
 	if err := p.s.PutStreamTx(ctx, tx, sk, b, since); err != nil {
 		return err
-	}
-	if d.Reset && len(d.Discarded) > 0 {
-		if err := p.s.DropParkedTx(ctx, tx, sk, d.Discarded); err != nil {
-			return err
-		}
-		p.log.InfoContext(ctx, "inbox: stream follows a newer execution; parked events of the old one dropped",
-			"source", sk.Source, "subject", sk.Subject, "execution", next.Execution, "dropped", len(d.Discarded))
 	}
 	// Gaps this decision opened: a snapshot's skipped run, or delta gaps
 	// the stream did not hold before (the event's own, one a halt opened).

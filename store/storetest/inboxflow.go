@@ -358,16 +358,16 @@ func ExerciseInboxFlow[TX any](t *testing.T, newStore NewInboxStore[TX]) {
 		e := setup(t, order.Delta, func(c *inbox.Config) { c.ExecutionRank = rank })
 		process(t, e, FlowEvent("o-1", 1, "run-1", `{}`), inbox.Processed)
 		process(t, e, FlowEvent("o-1", 3, "run-1", `{}`), inbox.Parked)
-		res := process(t, e, FlowEvent("o-1", 1, "run-2", `{}`), inbox.Processed)
+		// run-2 parks the very sequence run-1 had parked: run-1's goes.
+		res := process(t, e, FlowEvent("o-1", 3, "run-2", `{}`), inbox.Parked)
 		if !res.Reset {
 			t.Fatal("first event of run-2 did not reset the stream")
 		}
 		process(t, e, FlowEvent("o-1", 2, "run-1", `{}`), inbox.Superseded)
-		process(t, e, FlowEvent("o-1", 2, "run-2", `{}`), inbox.Processed)
-		// run-1's parked 3 was dropped with the reset; run-2's 3 applies.
-		res = process(t, e, FlowEvent("o-1", 3, "run-2", `{}`), inbox.Processed)
-		if !slices.Equal(res.Applied, []int64{3}) {
-			t.Fatalf("applied %v", res.Applied)
+		process(t, e, FlowEvent("o-1", 1, "run-2", `{}`), inbox.Processed)
+		res = process(t, e, FlowEvent("o-1", 2, "run-2", `{}`), inbox.Processed)
+		if !slices.Equal(res.Applied, []int64{2, 3}) {
+			t.Fatalf("applied %v, want run-2's 2 and its parked 3", res.Applied)
 		}
 		// Same rank, other execution: a conflict the event cannot fix.
 		res = process(t, e, FlowEvent("o-1", 4, "run-2b", `{}`), inbox.DeadLettered)
