@@ -26,7 +26,7 @@ import (
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
-var backlogN = flag.Int("backlog.n", 20000, "parked + dead events in TestBacklogCostsNoMemory (the issue's figure: 1000000)")
+var backlogN = flag.Int("backlog.n", 4000, "parked + dead events in TestBacklogCostsNoMemory (the issue's figure: 1000000)")
 
 // TestBacklogCostsNoMemory measures that a backlog of parked events and
 // dead letters lives on disk, not in the process: it builds N/2 parked

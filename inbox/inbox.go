@@ -270,8 +270,36 @@ type errTransient struct{ err error }
 func (e errTransient) Error() string { return e.err.Error() }
 func (e errTransient) Unwrap() error { return e.err }
 
+// errDoomed carries an event that failed for good out of the transaction:
+// it rolls back (undoing the failed apply's writes, whatever state the
+// transaction is in) and runs again at once with the event dead-lettered
+// instead of applied. This costs a second transaction only when an event
+// fails, where a savepoint around every apply would cost two statements on
+// every event.
+type errDoomed struct {
+	key  store.EventKey
+	doom doom
+}
+
+func (e errDoomed) Error() string { return "inbox: event " + e.key.ID + " failed: " + e.doom.reason }
+
+// doom is why an event is dead-lettered in the next run, and after how
+// many attempts.
+type doom struct {
+	reason   string
+	attempts int
+}
+
+// try is one run of a transaction: its attempt number, whether it is the
+// last, and the events known to fail for good.
+type try struct {
+	n      int
+	last   bool
+	doomed map[store.EventKey]doom
+}
+
 func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64) (Result, error) {
-	return p.retry(ctx, ev, func(ctx context.Context, tx TX, attempt int, last bool) (Result, error) {
+	return p.retry(ctx, ev, func(ctx context.Context, tx TX, t *try) (Result, error) {
 		e := ev
 		var prior *store.DeadLetter
 		if requeue != nil {
@@ -287,19 +315,20 @@ func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64)
 			}
 			prior = &d
 		}
-		return p.processTx(ctx, tx, e, attempt, last, prior)
+		return p.processTx(ctx, tx, e, t, prior)
 	})
 }
 
 // retry runs attempt in a transaction, again (after a backoff) while it
 // fails with a transient apply error and attempts remain.
-func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(ctx context.Context, tx TX, n int, last bool) (Result, error)) (Result, error) {
+func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(ctx context.Context, tx TX, t *try) (Result, error)) (Result, error) {
+	t := &try{doomed: map[store.EventKey]doom{}}
 	for n := 1; ; n++ {
-		last := n >= p.cfg.MaxAttempts
+		t.n, t.last = n, n >= p.cfg.MaxAttempts
 		var res Result
 		err := p.s.InTx(ctx, func(ctx context.Context, tx TX) error {
 			var err error
-			res, err = attempt(ctx, tx, n, last)
+			res, err = attempt(ctx, tx, t)
 			return err
 		})
 		if err == nil {
@@ -307,9 +336,19 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 			p.m.observe(res)
 			return res, nil
 		}
-		var te errTransient
+		var (
+			te errTransient
+			ed errDoomed
+		)
 		switch {
-		case errors.As(err, &te) && !last:
+		case errors.As(err, &ed):
+			if _, again := t.doomed[ed.key]; again {
+				return Result{}, fmt.Errorf("%w: event %v doomed twice", store.ErrCorrupt, ed.key)
+			}
+			t.doomed[ed.key] = ed.doom
+			n-- // the same attempt, with the event dead-lettered this time
+			continue
+		case errors.As(err, &te) && !t.last:
 			wait := p.backoff(n)
 			p.m.retries.Inc()
 			p.log.WarnContext(ctx, "inbox: transient apply failure, retrying", "source", ev.Source, "id", ev.ID, "attempt", n, "retry_in", wait, "error", te.err)
@@ -342,7 +381,7 @@ func (p *Processor[TX]) backoff(attempt int) time.Duration {
 }
 
 // processTx is one attempt, inside tx.
-func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, attempt int, last bool, prior *store.DeadLetter) (Result, error) {
+func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t *try, prior *store.DeadLetter) (Result, error) {
 	now := p.cfg.Now()
 	key := store.EventKey{Source: ev.Source, ID: ev.ID}
 	status, inserted, err := p.s.RecordEventTx(ctx, tx, key, now)
@@ -361,7 +400,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, at
 		mode = p.cfg.ModeOf(ev)
 	}
 	if mode == 0 {
-		id, reason, err := p.applyOrDead(ctx, tx, ev, attempt, last, prior, now)
+		id, reason, err := p.applyOrDead(ctx, tx, ev, t, prior, now)
 		if err != nil || id == 0 {
 			return Result{Outcome: Processed}, err
 		}
@@ -423,7 +462,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, at
 
 	// Apply: the event first. If it fails for good, nothing of the decision
 	// happens (no reset, no gap): it is dead-lettered and the stream stays.
-	id, reason, err := p.applyOrDead(ctx, tx, ev, attempt, last, prior, now)
+	id, reason, err := p.applyOrDead(ctx, tx, ev, t, prior, now)
 	if err != nil {
 		return Result{}, err
 	}
@@ -435,7 +474,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, at
 		return Result{}, err
 	}
 	res.Outcome = Processed
-	next, applied, dead, err := p.applyReleased(ctx, tx, sk, d, attempt, last, now)
+	next, applied, dead, err := p.applyReleased(ctx, tx, sk, d, t, now)
 	if err != nil {
 		return Result{}, err
 	}
@@ -449,7 +488,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, at
 // a gap, see order.Decision.Halted) and its successors stay parked. It
 // returns the stream to store, the sequences applied and the dead letters
 // written.
-func (p *Processor[TX]) applyReleased(ctx context.Context, tx TX, sk store.StreamKey, d order.Decision, attempt int, last bool, now time.Time) (order.Stream, []int64, []int64, error) {
+func (p *Processor[TX]) applyReleased(ctx context.Context, tx TX, sk store.StreamKey, d order.Decision, t *try, now time.Time) (order.Stream, []int64, []int64, error) {
 	var applied, dead []int64
 	for _, seq := range d.Released {
 		pe, err := p.s.UnparkTx(ctx, tx, sk, []int64{seq})
@@ -460,7 +499,7 @@ func (p *Processor[TX]) applyReleased(ctx context.Context, tx TX, sk store.Strea
 		if err != nil {
 			return order.Stream{}, nil, nil, fmt.Errorf("%w: parked %v/%d: %w", store.ErrCorrupt, sk, seq, err)
 		}
-		id, _, err := p.applyOrDead(ctx, tx, pev, attempt, last, nil, now)
+		id, _, err := p.applyOrDead(ctx, tx, pev, t, nil, now)
 		if err != nil {
 			return order.Stream{}, nil, nil, err
 		}
@@ -476,36 +515,39 @@ func (p *Processor[TX]) applyReleased(ctx context.Context, tx TX, sk store.Strea
 	return d.Next, applied, dead, nil
 }
 
-// applyOrDead applies ev in a savepoint. On success it returns 0. When the
-// failure is permanent (ErrInvalid), or transient on the last attempt, the
-// savepoint's writes are undone and ev is dead-lettered in tx: it returns
-// the dead letter's ID and reason. Other transient failures return
-// errTransient, which rolls back the whole transaction for another attempt.
-func (p *Processor[TX]) applyOrDead(ctx context.Context, tx TX, ev event.Event, attempt int, last bool, prior *store.DeadLetter, now time.Time) (int64, string, error) {
-	err := p.s.Savepoint(ctx, tx, func(ctx context.Context) (err error) {
+// applyOrDead applies ev in tx and returns 0, or, when ev is doomed (it
+// failed for good in an earlier run of this transaction), dead-letters it
+// instead and returns the dead letter's ID and reason. When apply fails it
+// returns errDoomed (an error wrapped by Invalid, or any error on the last
+// attempt) or errTransient: either way the transaction rolls back, so the
+// failed apply's writes never commit, and retry runs it again.
+func (p *Processor[TX]) applyOrDead(ctx context.Context, tx TX, ev event.Event, t *try, prior *store.DeadLetter, now time.Time) (int64, string, error) {
+	key := store.EventKey{Source: ev.Source, ID: ev.ID}
+	if dm, ok := t.doomed[key]; ok {
+		id, err := p.deadLetter(ctx, tx, ev, dm.reason, dm.attempts, prior, now)
+		return id, dm.reason, err
+	}
+	err := func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("apply panicked: %v\n%s", r, debug.Stack())
 			}
 		}()
 		return p.apply(ctx, tx, ev)
-	})
+	}()
 	if err == nil {
 		return 0, "", nil
 	}
 	if ctx.Err() != nil {
 		return 0, "", ctx.Err() // not the event's fault
 	}
-	permanent := errors.Is(err, ErrInvalid)
-	if !permanent && !last {
-		return 0, "", errTransient{err}
+	switch {
+	case errors.Is(err, ErrInvalid):
+		return 0, "", errDoomed{key, doom{reason: err.Error(), attempts: t.n}}
+	case t.last:
+		return 0, "", errDoomed{key, doom{reason: fmt.Sprintf("failed %d times, last: %v", t.n, err), attempts: t.n}}
 	}
-	reason := "invalid: " + err.Error()
-	if !permanent {
-		reason = fmt.Sprintf("failed %d times, last: %v", attempt, err)
-	}
-	id, derr := p.deadLetter(ctx, tx, ev, reason, attempt, prior, now)
-	return id, reason, derr
+	return 0, "", errTransient{err}
 }
 
 // deadLetter stores ev as a dead letter in tx (its inbox row becomes dead).

@@ -34,8 +34,8 @@ func (p *Processor[TX]) Compensate(ctx context.Context, fn CompensateFunc[TX]) (
 	n := 0
 	var errs []error
 	for _, sk := range keys {
-		res, err := p.retry(ctx, event.Event{Source: sk.Source, ID: "compensate:" + sk.Subject}, func(ctx context.Context, tx TX, attempt int, last bool) (Result, error) {
-			return p.compensateTx(ctx, tx, sk, fn, attempt, last)
+		res, err := p.retry(ctx, event.Event{Source: sk.Source, ID: "compensate:" + sk.Subject}, func(ctx context.Context, tx TX, t *try) (Result, error) {
+			return p.compensateTx(ctx, tx, sk, fn, t)
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("stream %v: %w", sk, err))
@@ -50,7 +50,7 @@ func (p *Processor[TX]) Compensate(ctx context.Context, fn CompensateFunc[TX]) (
 
 // compensateTx compensates the stream's first gap if it is still overdue
 // (another process may have done it). Outcome Processed when it did.
-func (p *Processor[TX]) compensateTx(ctx context.Context, tx TX, sk store.StreamKey, fn CompensateFunc[TX], attempt int, last bool) (Result, error) {
+func (p *Processor[TX]) compensateTx(ctx context.Context, tx TX, sk store.StreamKey, fn CompensateFunc[TX], t *try) (Result, error) {
 	now := p.cfg.Now()
 	raw, err := p.s.LockStreamTx(ctx, tx, sk)
 	if err != nil || raw == nil {
@@ -73,7 +73,7 @@ func (p *Processor[TX]) compensateTx(ctx context.Context, tx TX, sk store.Stream
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", store.ErrCorrupt, err)
 	}
-	next, applied, dead, err := p.applyReleased(ctx, tx, sk, d, attempt, last, now)
+	next, applied, dead, err := p.applyReleased(ctx, tx, sk, d, t, now)
 	if err != nil {
 		return Result{}, err
 	}
