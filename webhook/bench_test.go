@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem/internal/testdb"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/signature"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/store/sqlitestore"
 	"github.com/idemhq/idem/webhook"
@@ -116,6 +117,35 @@ func benchVerifier(b *testing.B) *signature.Verifier {
 	return v
 }
 
+// benchPair runs the endpoint ("idem") and the baseline over fresh stores
+// from open, both doing the business write with write.
+func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX], write func(ctx context.Context, tx TX, obj string, add int) error) {
+	b.Run("idem", func(b *testing.B) {
+		apply := func(ctx context.Context, tx TX, ev event.Event) error {
+			var p benchPayload
+			if err := json.Unmarshal(ev.Data, &p); err != nil {
+				return inbox.Invalid(err)
+			}
+			return write(ctx, tx, ev.Subject, p.Add)
+		}
+		p, err := inbox.New(open(b), apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h, err := webhook.New(p, &webhook.Config{Verifier: benchVerifier(b), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		serveBench(b, h)
+	})
+	b.Run("baseline", func(b *testing.B) {
+		s := open(b)
+		serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
+			return s.InTx(ctx, func(ctx context.Context, tx TX) error { return write(ctx, tx, obj, add) })
+		}))
+	})
+}
+
 func BenchmarkHandler(b *testing.B) {
 	b.Run("sqlite", func(b *testing.B) {
 		open := func(b *testing.B) (*sql.DB, *sqlitestore.Store) {
@@ -137,35 +167,11 @@ func BenchmarkHandler(b *testing.B) {
 			return db, s
 		}
 		upsert := `INSERT INTO orders (id, paid) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET paid = paid + excluded.paid`
-		b.Run("idem", func(b *testing.B) {
-			_, s := open(b)
-			apply := func(ctx context.Context, tx *sql.Tx, ev event.Event) error {
-				var p benchPayload
-				if err := json.Unmarshal(ev.Data, &p); err != nil {
-					return inbox.Invalid(err)
-				}
-				_, err := tx.ExecContext(ctx, upsert, ev.Subject, p.Add)
+		benchPair(b, func(b *testing.B) store.InboxStore[*sql.Tx] { _, s := open(b); return s },
+			func(ctx context.Context, tx *sql.Tx, obj string, add int) error {
+				_, err := tx.ExecContext(ctx, upsert, obj, add)
 				return err
-			}
-			p, err := inbox.New(s, apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			h, err := webhook.New(p, &webhook.Config{Verifier: benchVerifier(b), Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			serveBench(b, h)
-		})
-		b.Run("baseline", func(b *testing.B) {
-			_, s := open(b)
-			serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
-				return s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-					_, err := tx.ExecContext(ctx, upsert, obj, add)
-					return err
-				})
-			}))
-		})
+			})
 	})
 	b.Run("postgres", func(b *testing.B) {
 		open := func(b *testing.B) *pgstore.Store {
@@ -184,34 +190,10 @@ func BenchmarkHandler(b *testing.B) {
 			return s
 		}
 		upsert := `INSERT INTO orders (id, paid) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET paid = orders.paid + excluded.paid`
-		b.Run("idem", func(b *testing.B) {
-			s := open(b)
-			apply := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-				var p benchPayload
-				if err := json.Unmarshal(ev.Data, &p); err != nil {
-					return inbox.Invalid(err)
-				}
-				_, err := tx.Exec(ctx, upsert, ev.Subject, p.Add)
+		benchPair(b, func(b *testing.B) store.InboxStore[pgx.Tx] { return open(b) },
+			func(ctx context.Context, tx pgx.Tx, obj string, add int) error {
+				_, err := tx.Exec(ctx, upsert, obj, add)
 				return err
-			}
-			p, err := inbox.New(s, apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			h, err := webhook.New(p, &webhook.Config{Verifier: benchVerifier(b), Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			serveBench(b, h)
-		})
-		b.Run("baseline", func(b *testing.B) {
-			s := open(b)
-			serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
-				return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-					_, err := tx.Exec(ctx, upsert, obj, add)
-					return err
-				})
-			}))
-		})
+			})
 	})
 }

@@ -14,9 +14,10 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// The inbox statements (migration 002). They run unprepared: the *Tx ones
-// in the caller's transaction, which may come from any handle on the file,
-// and the others are an operator's or a sweeper's, not on the hot path.
+// The inbox statements (migration 002). The three that run for every event
+// (record, stream read, stream write) are prepared (statements.go: txExec);
+// the others run unprepared: parking, gaps and dead letters are rarer, and
+// listing and sweeping are an operator's or a sweeper's.
 var (
 	//go:embed sql/inbox_record.sql
 	inboxRecordSQL string
@@ -138,7 +139,7 @@ func (s *Store) RecordEventTx(ctx context.Context, tx *sql.Tx, key store.EventKe
 		return 0, false, eventError("record event", key, errors.New("tx is nil"))
 	}
 	args := []any{sql.Named("source", key.Source), sql.Named("id", key.ID)}
-	res, err := tx.ExecContext(ctx, inboxRecordSQL, append(args, sql.Named("received_at", toMicros(at)))...)
+	res, err := s.stmts.inboxRecord.txExec(ctx, tx, append(args, sql.Named("received_at", toMicros(at)))...)
 	if err != nil {
 		return 0, false, eventError("record event", key, interpretError(err))
 	}
@@ -166,7 +167,7 @@ func (s *Store) LockStreamTx(ctx context.Context, tx *sql.Tx, key store.StreamKe
 		return nil, streamError("lock stream", key, errors.New("tx is nil"))
 	}
 	var state []byte
-	err := tx.QueryRowContext(ctx, streamGetSQL, streamArgs(key)...).Scan(&state)
+	err := s.stmts.streamGet.txQueryRowScan(ctx, tx, streamArgs(key), &state)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil
@@ -190,7 +191,7 @@ func (s *Store) PutStreamTx(ctx context.Context, tx *sql.Tx, key store.StreamKey
 		since = sql.NullInt64{Int64: gapSince.UnixMicro(), Valid: true}
 	}
 	args := append(streamArgs(key), sql.Named("state", nonNil(state)), sql.Named("gap_since", since))
-	if _, err := tx.ExecContext(ctx, streamPutSQL, args...); err != nil {
+	if _, err := s.stmts.streamPut.txExec(ctx, tx, args...); err != nil {
 		return streamError("put stream", key, interpretError(err))
 	}
 	return nil

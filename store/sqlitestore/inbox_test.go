@@ -837,3 +837,46 @@ func TestInboxEventBytes(t *testing.T) {
 		t.Fatalf("ListDeadLetters = %+v, %v; want the event byte for byte", got, err)
 	}
 }
+
+// TestInboxTxFromAnotherHandle: the per-event statements are prepared on
+// the store's pool, and a transaction from another handle on the same file
+// runs them unprepared instead of failing.
+func TestInboxTxFromAnotherHandle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, path := openMigrated(t, nil)
+	s, err := New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	other, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	for i, h := range []*sql.DB{db, other, db} {
+		tx, err := h.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sk := store.StreamKey{Source: "src", Subject: "o-1"}
+		_, ins, err := s.RecordEventTx(ctx, tx, store.EventKey{Source: "src", ID: fmt.Sprint(i)}, time.Unix(1, 0))
+		if err == nil && !ins {
+			err = errors.New("not inserted")
+		}
+		if err == nil {
+			_, err = s.LockStreamTx(ctx, tx, sk)
+		}
+		if err == nil {
+			err = s.PutStreamTx(ctx, tx, sk, []byte("{}"), time.Time{})
+		}
+		if err != nil {
+			tx.Rollback()
+			t.Fatalf("transaction %d: %v", i, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 var (
@@ -39,6 +40,9 @@ type stmt struct {
 // statements are the store's prepared statements.
 type statements struct {
 	claim, read, get, complete, release, extend, markUnknown, sweep stmt
+	// The inbox's statements that run for every event, in the caller's
+	// transaction (see txExec).
+	inboxRecord, streamGet, streamPut stmt
 }
 
 func prepare(ctx context.Context, db *sql.DB) (*statements, error) {
@@ -50,6 +54,7 @@ func prepare(ctx context.Context, db *sql.DB) (*statements, error) {
 		{&st.claim, claimSQL}, {&st.read, readSQL}, {&st.get, getSQL}, {&st.complete, completeSQL},
 		{&st.release, releaseSQL}, {&st.extend, extendSQL},
 		{&st.markUnknown, markUnknownSQL}, {&st.sweep, sweepSQL},
+		{&st.inboxRecord, inboxRecordSQL}, {&st.streamGet, streamGetSQL}, {&st.streamPut, streamPutSQL},
 	} {
 		p, err := db.PrepareContext(ctx, s.query)
 		if err != nil {
@@ -63,7 +68,8 @@ func prepare(ctx context.Context, db *sql.DB) (*statements, error) {
 
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range []stmt{st.claim, st.read, st.get, st.complete, st.release, st.extend, st.markUnknown, st.sweep} {
+	for _, s := range []stmt{st.claim, st.read, st.get, st.complete, st.release, st.extend, st.markUnknown, st.sweep,
+		st.inboxRecord, st.streamGet, st.streamPut} {
 		if s.pool != nil {
 			errs = append(errs, s.pool.Close())
 		}
@@ -85,4 +91,29 @@ func (s stmt) queryRow(ctx context.Context, tx *sql.Tx, args ...any) *sql.Row {
 		return tx.QueryRowContext(ctx, s.query, args...)
 	}
 	return s.pool.QueryRowContext(ctx, args...)
+}
+
+// errOtherDB is how database/sql refuses a statement prepared on another
+// *sql.DB than the transaction's.
+const errOtherDB = "statement from different database"
+
+// txExec runs the statement in tx (which must not be nil), prepared: the
+// pool's statement is bound to tx's connection, where database/sql keeps it
+// prepared across transactions. A transaction from another handle on the
+// file cannot use it, and runs the SQL unprepared instead.
+func (s stmt) txExec(ctx context.Context, tx *sql.Tx, args ...any) (sql.Result, error) {
+	r, err := tx.StmtContext(ctx, s.pool).ExecContext(ctx, args...)
+	if err != nil && strings.Contains(err.Error(), errOtherDB) {
+		return tx.ExecContext(ctx, s.query, args...)
+	}
+	return r, err
+}
+
+// txQueryRowScan is txExec for a one-row query scanned into dst.
+func (s stmt) txQueryRowScan(ctx context.Context, tx *sql.Tx, args []any, dst ...any) error {
+	err := tx.StmtContext(ctx, s.pool).QueryRowContext(ctx, args...).Scan(dst...)
+	if err != nil && strings.Contains(err.Error(), errOtherDB) {
+		return tx.QueryRowContext(ctx, s.query, args...).Scan(dst...)
+	}
+	return err
 }
