@@ -46,3 +46,9 @@ func TestInboxConformance(t *testing.T) {
 func TestInboxFlowConformance(t *testing.T) {
 	storetest.ExerciseInboxFlow(t, newInbox)
 }
+
+func TestOutboxConformance(t *testing.T) {
+	storetest.ExerciseOutbox(t, func(t *testing.T) (store.OutboxStore[*memstore.Tx], storetest.Ledger[*memstore.Tx]) {
+		return memstore.NewOutbox(memstore.NewInbox()), &memLedger{rows: map[string]int{}}
+	})
+}
