@@ -50,6 +50,9 @@ func NewSigner(scheme Scheme, secrets []string, cfg *Config) (*Signer, error) {
 	return &Signer{scheme: scheme, keys: keys, now: c.Now}, nil
 }
 
+// Scheme returns the scheme the Signer signs with.
+func (s *Signer) Scheme() Scheme { return s.scheme }
+
 // Sign returns the headers to send with body: Idem-Signature for
 // SchemeIdem; webhook-id, webhook-timestamp and webhook-signature for
 // SchemeStandard. body must be sent byte for byte as signed.

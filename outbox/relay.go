@@ -1,0 +1,369 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/signature"
+	"github.com/idemhq/idem/store"
+)
+
+// Relay delivers the outbox's intents: it claims due rows with a lease and
+// an epoch, sends each with its stored idempotency key, and records the
+// result fenced by the claim. Several relays (processes) may share one
+// store. Safe for concurrent use.
+type Relay[TX any] struct {
+	s       store.OutboxStore[TX]
+	cfg     Config
+	targets map[string]*Target
+	log     *slog.Logger
+	m       *metrics
+	nudge   chan struct{}
+}
+
+// New returns a relay over s.
+func New[TX any](s store.OutboxStore[TX], cfg *Config) (*Relay[TX], error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrBadConfig)
+	}
+	c, targets, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(c.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Relay[TX]{s: s, cfg: c, targets: targets, log: c.Logger, m: m, nudge: make(chan struct{}, 1)}, nil
+}
+
+// EnqueueTx writes the intent in tx, the caller's business transaction: it
+// exists if and only if tx commits. Its idempotency key is computed now by
+// the target's template and stored with it (as a header), so every attempt
+// sends the same key whatever happens to the relay or its configuration. An
+// intent whose key cannot be computed (a missing field) is refused with
+// ErrBadIntent, inside the business transaction, where the caller can still
+// roll back. Call Notify after the commit to wake an in-process relay.
+func (r *Relay[TX]) EnqueueTx(ctx context.Context, tx TX, in store.Intent) (id int64, err error) {
+	t := r.targets[in.Target]
+	switch {
+	case t == nil:
+		return 0, fmt.Errorf("%w: unknown target %q", ErrBadIntent, in.Target)
+	case in.Method == "":
+		return 0, fmt.Errorf("%w: no method", ErrBadIntent)
+	case in.Path != "" && !strings.HasPrefix(in.Path, "/"):
+		return 0, fmt.Errorf("%w: path %q must start with /", ErrBadIntent, in.Path)
+	}
+	k, err := keyOf(t, in)
+	if err != nil {
+		return 0, fmt.Errorf("%w: target %q: key template: %w", ErrBadIntent, in.Target, err)
+	}
+	h := make(map[string]string, len(in.Headers)+1)
+	for name, v := range in.Headers {
+		h[http.CanonicalHeaderKey(name)] = v
+	}
+	h[http.CanonicalHeaderKey(t.KeyHeader)] = k
+	in.Headers = h
+	now := r.cfg.Now()
+	if in.DueAt.IsZero() {
+		in.DueAt = now
+	}
+	in.EnqueuedAt = now
+	id, _, err = r.s.EnqueueTx(ctx, tx, in)
+	return id, err
+}
+
+// Notify wakes the relay's Run loop (after committing intents in this
+// process) so that it does not wait for its poll interval.
+func (r *Relay[TX]) Notify() {
+	select {
+	case r.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx ends: it claims a batch, delivers it (up to
+// Concurrency at once), and claims again at once when the batch was full;
+// otherwise it sleeps until woken (the store's notifications, Notify) or
+// PollInterval passes. Store errors are logged and retried after
+// PollInterval. It returns ctx's error.
+func (r *Relay[TX]) Run(ctx context.Context) error {
+	var wake <-chan struct{}
+	if w, ok := any(r.s).(store.OutboxWaker); ok {
+		if ch, err := w.OutboxWakeups(ctx); err == nil {
+			wake = ch
+		} else {
+			r.log.WarnContext(ctx, "outbox: no wake-ups from the store, polling", "error", err)
+		}
+	}
+	for {
+		n, err := r.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			r.log.ErrorContext(ctx, "outbox: claim failed", "error", err)
+		}
+		if err == nil && n == r.cfg.Batch {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.nudge:
+		case _, ok := <-wake:
+			if !ok { // the listening connection ended: poll until it comes back
+				wake = nil
+				if w, ok := any(r.s).(store.OutboxWaker); ok {
+					if ch, err := w.OutboxWakeups(ctx); err == nil {
+						wake = ch
+					}
+				}
+			}
+		case <-time.After(r.cfg.PollInterval):
+		}
+	}
+}
+
+// RunOnce claims one batch of due intents, delivers them and records their
+// results, and returns how many it claimed.
+func (r *Relay[TX]) RunOnce(ctx context.Context) (int, error) {
+	skip, err := r.s.DisabledTargets(ctx)
+	if err != nil {
+		return 0, err
+	}
+	claimed, err := r.s.ClaimIntents(ctx, store.OutboxClaim{Owner: rand.Text(), Now: r.cfg.Now(), Lease: r.cfg.Lease, Limit: r.cfg.Batch, Skip: skip})
+	if err != nil {
+		return 0, err
+	}
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for _, in := range claimed {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.deliver(ctx, in)
+		})
+	}
+	wg.Wait()
+	return len(claimed), nil
+}
+
+// Drain runs RunOnce until nothing is due (for tests and batch jobs).
+func (r *Relay[TX]) Drain(ctx context.Context) error {
+	for {
+		n, err := r.RunOnce(ctx)
+		if err != nil || n == 0 {
+			return err
+		}
+	}
+}
+
+// outcome is what to record for one attempt.
+type outcome struct {
+	kind    string // done, retry, dead, disable
+	status  int
+	after   time.Duration // retry: delay from the server (Retry-After), 0: backoff
+	message string
+}
+
+// deliver makes one attempt and records its outcome, fenced.
+func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) {
+	start := time.Now()
+	t := r.targets[in.Target]
+	var o outcome
+	if t == nil {
+		o = outcome{kind: "dead", message: fmt.Sprintf("unknown target %q (not configured in this relay)", in.Target)}
+	} else {
+		o = r.attempt(ctx, t, in)
+	}
+	if ctx.Err() != nil && o.kind == "retry" {
+		return // shutting down: the lease ends and another attempt follows
+	}
+	now := r.cfg.Now()
+	var err error
+	switch o.kind {
+	case "done":
+		err = r.s.CompleteIntent(ctx, in.Fence(), o.status, now)
+	case "disable":
+		if derr := r.s.DisableTarget(ctx, in.Target, o.message, now); derr != nil {
+			r.log.ErrorContext(ctx, "outbox: disabling target failed", "target", in.Target, "error", derr)
+		}
+		r.log.WarnContext(ctx, "outbox: target disabled (410 Gone): its intents wait until it is enabled again", "target", in.Target)
+		err = r.s.RetryIntent(ctx, in.Fence(), now, o.message)
+	case "retry":
+		if in.Attempts >= r.cfg.MaxAttempts {
+			o.kind = "dead"
+			o.message = fmt.Sprintf("out of budget after %d attempts; last: %s", in.Attempts, o.message)
+			err = r.s.KillIntent(ctx, in.Fence(), o.message, now)
+			break
+		}
+		delay := o.after
+		if delay == 0 {
+			delay = r.backoff(in.Attempts)
+		}
+		err = r.s.RetryIntent(ctx, in.Fence(), now.Add(delay), o.message)
+	default:
+		err = r.s.KillIntent(ctx, in.Fence(), o.message, now)
+	}
+	r.m.deliveries.WithLabelValues(in.Target, o.kind).Inc()
+	r.m.duration.Observe(time.Since(start).Seconds())
+	switch {
+	case errors.Is(err, store.ErrFenced):
+		r.m.fenced.Inc()
+		r.log.WarnContext(ctx, "outbox: result not recorded: another relay took the intent over (this one outlived its lease)",
+			"intent", in.ID, "epoch", in.Epoch, "result", o.kind)
+	case err != nil:
+		r.log.ErrorContext(ctx, "outbox: recording the result failed; the lease will end and the intent be tried again with the same key",
+			"intent", in.ID, "result", o.kind, "error", err)
+	case o.kind == "dead":
+		r.log.WarnContext(ctx, "outbox: intent dead", "intent", in.ID, "target", in.Target, "attempts", in.Attempts, "reason", o.message)
+	}
+}
+
+// attempt sends the intent once (after Read-Verify-Write's check) and
+// classifies the answer with the target's policy.
+func (r *Relay[TX]) attempt(ctx context.Context, t *Target, in store.Intent) outcome {
+	key := in.Headers[http.CanonicalHeaderKey(t.KeyHeader)]
+	if t.Verify != nil {
+		found, err := t.Verify(ctx, in)
+		if err != nil {
+			return outcome{kind: "retry", message: "read-verify-write: verify failed: " + err.Error()}
+		}
+		if found {
+			r.log.InfoContext(ctx, "outbox: effect found by read-verify-write; not written again", "intent", in.ID, "key", key)
+			return outcome{kind: "done", status: http.StatusOK}
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, t.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, in.Method, strings.TrimSuffix(t.URL, "/")+in.Path, bytes.NewReader(in.Body))
+	if err != nil {
+		return outcome{kind: "dead", message: "building the request: " + err.Error()}
+	}
+	for name, v := range in.Headers {
+		req.Header.Set(name, v)
+	}
+	if t.Events != nil {
+		ev := event.Event{ID: key, Source: t.Events.Source, Type: t.Events.Type, Subject: in.Stream, Sequence: in.Sequence,
+			DataContentType: in.Headers["Content-Type"], Data: in.Body}
+		hdr, body, err := event.ToHTTP(ev, event.Binary)
+		if err != nil {
+			return outcome{kind: "dead", message: "building the CloudEvent: " + err.Error()}
+		}
+		for name, vs := range hdr {
+			req.Header[name] = vs
+		}
+		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	if t.Signer != nil {
+		var opts *signature.SignOpts
+		if t.Signer.Scheme() == signature.SchemeStandard {
+			opts = &signature.SignOpts{ID: key}
+		}
+		body, _ := req.GetBody()
+		b, _ := io.ReadAll(body)
+		sig, err := t.Signer.Sign(b, opts)
+		if err != nil {
+			return outcome{kind: "dead", message: "signing: " + err.Error()}
+		}
+		for name, vs := range sig {
+			req.Header[name] = vs
+		}
+	}
+	resp, err := r.cfg.Client.Do(req)
+	if err != nil {
+		// Sent or not, we cannot tell: the outcome is unknown. The retry
+		// carries the same key, so a target that honours it dedups.
+		r.m.unknown.Inc()
+		r.log.WarnContext(ctx, "outbox: outcome unknown (no answer); re-attempting later with the same key",
+			"intent", in.ID, "target", t.Name, "key", key, "attempt", in.Attempts, "error", err)
+		return outcome{kind: "retry", message: "no answer: " + err.Error()}
+	}
+	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return classify(t, resp.StatusCode, resp.Header.Get("Retry-After"), r.cfg.Now(), head)
+}
+
+// classify applies the target's response policy (see the package doc).
+func classify(t *Target, status int, retryAfter string, now time.Time, head []byte) outcome {
+	msg := fmt.Sprintf("%d %s", status, http.StatusText(status))
+	switch {
+	case status >= 200 && status < 300:
+		return outcome{kind: "done", status: status}
+	case status >= 300 && status < 400:
+		return outcome{kind: "dead", status: status, message: msg + ": redirects are not followed (fix the target's URL)"}
+	case status == http.StatusConflict && t.Conflict == ConflictDone:
+		return outcome{kind: "done", status: status}
+	case status == http.StatusConflict:
+		return outcome{kind: "retry", status: status, message: msg + ": in progress"}
+	case status == http.StatusGone:
+		return outcome{kind: "disable", status: status, message: msg + ": target disabled"}
+	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+		return outcome{kind: "retry", status: status, after: parseRetryAfter(retryAfter, now), message: msg}
+	case status == http.StatusRequestTimeout || status >= 500:
+		return outcome{kind: "retry", status: status, message: msg}
+	case t.ClientErrors == ClientErrorsComplete:
+		return outcome{kind: "done", status: status}
+	default:
+		m := msg
+		if len(head) > 0 {
+			m += ": " + strings.ToValidUTF8(string(head), "?")
+		}
+		return outcome{kind: "dead", status: status, message: m}
+	}
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; 0 when absent or
+// unreadable (the backoff applies). It is capped at a day.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 {
+		d = time.Duration(min(s, 86400)) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(now)
+	}
+	return min(max(d, 0), 24*time.Hour)
+}
+
+// backoff is the delay after attempt n (from 1): Backoff doubled n-1 times,
+// capped, with full jitter over its upper half.
+func (r *Relay[TX]) backoff(n int) time.Duration {
+	d := r.cfg.Backoff
+	for i := 1; i < n && d < r.cfg.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.MaxBackoff)
+	return d/2 + mrand.N(d/2+1)
+}
+
+// Sweep deletes done intents older than Retention, in batches.
+func (r *Relay[TX]) Sweep(ctx context.Context) (int, error) {
+	before := r.cfg.Now().Add(-r.cfg.Retention)
+	total := 0
+	for {
+		n, err := r.s.SweepIntents(ctx, before, 1000)
+		total += n
+		if err != nil || n < 1000 {
+			return total, err
+		}
+	}
+}

@@ -1,0 +1,408 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/store/storetest"
+)
+
+// orderKey is a Go key template: prefix + payload.order.id.
+func orderKey(prefix string) func(any) (string, error) {
+	return func(in any) (string, error) {
+		m, _ := in.(map[string]any)
+		p, _ := m["payload"].(map[string]any)
+		o, _ := p["order"].(map[string]any)
+		id, _ := o["id"].(string)
+		if id == "" {
+			return "", errors.New("payload.order.id is missing")
+		}
+		return prefix + id, nil
+	}
+}
+
+// target is a test HTTP target: it records every request's key and
+// answers with the scripted statuses in turn (then 200).
+type target struct {
+	mu      sync.Mutex
+	srv     *httptest.Server
+	keys    []string
+	bodies  []string
+	headers []http.Header
+	script  []int
+	extra   http.Header // headers of every scripted answer
+	effects map[string]int
+	dedup   bool
+}
+
+func newTarget(t *testing.T, dedup bool, script ...int) *target {
+	tg := &target{script: script, effects: map[string]int{}, dedup: dedup, extra: http.Header{}}
+	tg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		tg.mu.Lock()
+		defer tg.mu.Unlock()
+		k := r.Header.Get("Idempotency-Key")
+		tg.keys = append(tg.keys, k)
+		tg.bodies = append(tg.bodies, string(body))
+		tg.headers = append(tg.headers, r.Header.Clone())
+		status := 200
+		if len(tg.script) > 0 {
+			status, tg.script = tg.script[0], tg.script[1:]
+			for name, vs := range tg.extra {
+				w.Header()[name] = vs
+			}
+		}
+		if status/100 == 2 && (!tg.dedup || tg.effects[k] == 0) {
+			tg.effects[k]++
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, "answer "+strconv.Itoa(status))
+	}))
+	t.Cleanup(tg.srv.Close)
+	return tg
+}
+
+func (tg *target) calls() int {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return len(tg.keys)
+}
+
+type fixture struct {
+	in    *memstore.Inbox
+	s     *memstore.Outbox
+	clock *storetest.Clock
+	reg   *prometheus.Registry
+}
+
+func newFixture() *fixture {
+	in := memstore.NewInbox()
+	return &fixture{in: in, s: memstore.NewOutbox(in), clock: storetest.NewClock(storetest.Epoch0), reg: prometheus.NewRegistry()}
+}
+
+func (f *fixture) relay(t *testing.T, targets []outbox.Target, tweak func(*outbox.Config)) *outbox.Relay[*memstore.Tx] {
+	t.Helper()
+	cfg := &outbox.Config{Targets: targets, Now: f.clock.Now, Logger: slog.New(slog.DiscardHandler), Registerer: f.reg}
+	if tweak != nil {
+		tweak(cfg)
+	}
+	r, err := outbox.New(f.s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (f *fixture) enqueue(t *testing.T, r *outbox.Relay[*memstore.Tx], in store.Intent) int64 {
+	t.Helper()
+	var id int64
+	err := f.s.InTx(context.Background(), func(ctx context.Context, tx *memstore.Tx) error {
+		var err error
+		id, err = r.EnqueueTx(ctx, tx, in)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func charge(order string) store.Intent {
+	return store.Intent{Target: "pay", Method: "POST", Path: "/charges", Body: []byte(`{"order":{"id":"` + order + `"},"amount":100}`),
+		Headers: map[string]string{"Content-Type": "application/json"}}
+}
+
+func (f *fixture) get(t *testing.T, id int64) store.Intent {
+	t.Helper()
+	in, err := f.s.GetIntent(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func TestResponsePolicy(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name       string
+		status     int
+		retryAfter string
+		tweak      func(*outbox.Target)
+		state      store.IntentState
+		dueIn      time.Duration // retries: exact due when the server said so, else within the backoff
+		disabled   bool
+		lastErr    string
+	}{
+		{name: "200", status: 200, state: store.IntentDone},
+		{name: "201", status: 201, state: store.IntentDone},
+		{name: "409 already exists", status: 409, state: store.IntentDone},
+		{name: "409 in progress", status: 409, tweak: func(t *outbox.Target) { t.Conflict = outbox.ConflictRetry }, state: store.IntentPending, lastErr: "in progress"},
+		{name: "410", status: 410, state: store.IntentPending, disabled: true},
+		{name: "429 Retry-After seconds", status: 429, retryAfter: "7", state: store.IntentPending, dueIn: 7 * time.Second},
+		{name: "503 Retry-After date", status: 503, retryAfter: storetest.Epoch0.Add(90 * time.Second).Format(http.TimeFormat), state: store.IntentPending, dueIn: 90 * time.Second},
+		{name: "500", status: 500, state: store.IntentPending},
+		{name: "408", status: 408, state: store.IntentPending},
+		{name: "400 fails", status: 400, state: store.IntentDead, lastErr: "answer 400"},
+		{name: "422 as data", status: 422, tweak: func(t *outbox.Target) { t.ClientErrors = outbox.ClientErrorsComplete }, state: store.IntentDone},
+		{name: "302 not followed", status: 302, state: store.IntentDead, lastErr: "redirects are not followed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture()
+			tg := newTarget(t, false, c.status)
+			if c.retryAfter != "" {
+				tg.extra.Set("Retry-After", c.retryAfter)
+			}
+			if c.status == 302 {
+				tg.extra.Set("Location", tg.srv.URL+"/elsewhere")
+			}
+			pay := outbox.Target{Name: "pay", URL: tg.srv.URL, Key: orderKey("charge-")}
+			if c.tweak != nil {
+				c.tweak(&pay)
+			}
+			r := f.relay(t, []outbox.Target{pay}, nil)
+			id := f.enqueue(t, r, charge("o-42"))
+			if n, err := r.RunOnce(ctx); err != nil || n != 1 {
+				t.Fatalf("RunOnce = %d, %v", n, err)
+			}
+			in := f.get(t, id)
+			if in.State != c.state || (c.state == store.IntentDone && in.Status != c.status) || !strings.Contains(in.LastError, c.lastErr) {
+				t.Fatalf("after %d: %+v", c.status, in)
+			}
+			if c.dueIn > 0 && !in.DueAt.Equal(storetest.Epoch0.Add(c.dueIn)) {
+				t.Fatalf("due %v, want now+%v", in.DueAt, c.dueIn)
+			}
+			if c.state == store.IntentPending && c.dueIn == 0 && !c.disabled && (in.DueAt.Before(storetest.Epoch0.Add(500*time.Millisecond)) || in.DueAt.After(storetest.Epoch0.Add(time.Second))) {
+				t.Fatalf("backoff due %v, want within [0.5s, 1s] of now", in.DueAt.Sub(storetest.Epoch0))
+			}
+			dis, _ := f.s.DisabledTargets(ctx)
+			if (len(dis) == 1) != c.disabled {
+				t.Fatalf("disabled targets %v", dis)
+			}
+			if c.disabled {
+				f.clock.Advance(time.Hour)
+				if n, _ := r.RunOnce(ctx); n != 0 {
+					t.Fatal("a disabled target's intent was claimed")
+				}
+				_ = f.s.EnableTarget(ctx, "pay")
+				if n, _ := r.RunOnce(ctx); n != 1 || f.get(t, id).State != store.IntentDone {
+					t.Fatalf("after enabling: %+v", f.get(t, id))
+				}
+			}
+			if tg.calls() > 2 || tg.calls() < 1 {
+				t.Fatalf("target called %d times", tg.calls())
+			}
+		})
+	}
+}
+
+func TestSameKeyOnEveryAttemptAndBudget(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture()
+	tg := newTarget(t, true, 500, 503, 500)
+	r := f.relay(t, []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: orderKey("charge-")}}, func(c *outbox.Config) { c.MaxAttempts = 4 })
+	ship := f.relay(t, []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: orderKey("ship-")}}, func(c *outbox.Config) { c.Registerer = nil })
+	id := f.enqueue(t, r, charge("o-42"))
+	// The key is computed and stored at enqueue: a relay configured with
+	// another template later still sends the stored key.
+	if k := f.get(t, id).Headers["Idempotency-Key"]; k != "charge-o-42" {
+		t.Fatalf("stored key %q", k)
+	}
+	for i := range 4 {
+		if _, err := ship.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(time.Hour)
+		if st := f.get(t, id).State; (i < 3 && st != store.IntentPending) || (i == 3 && st != store.IntentDone) {
+			t.Fatalf("attempt %d: state %v", i+1, st)
+		}
+	}
+	for i, k := range tg.keys {
+		if k != "charge-o-42" {
+			t.Fatalf("attempt %d sent key %q", i+1, k)
+		}
+	}
+	// A second intent for the same order under another operation: its own key.
+	sid := f.enqueue(t, ship, charge("o-42"))
+	if k := f.get(t, sid).Headers["Idempotency-Key"]; k != "ship-o-42" {
+		t.Fatalf("ship key %q", k)
+	}
+	if _, err := ship.RunOnce(ctx); err != nil || f.get(t, sid).State != store.IntentDone {
+		t.Fatalf("ship intent: %+v, %v", f.get(t, sid), err)
+	}
+	// Budget: 4 attempts, all failing, then dead; requeue gives a new budget.
+	tg.mu.Lock()
+	tg.script = []int{500, 500, 500, 500}
+	tg.mu.Unlock()
+	bid := f.enqueue(t, r, charge("o-43"))
+	for range 4 {
+		if _, err := r.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(time.Hour)
+	}
+	dead := f.get(t, bid)
+	if dead.State != store.IntentDead || !strings.Contains(dead.LastError, "out of budget after 4 attempts") {
+		t.Fatalf("after the budget: %+v", dead)
+	}
+	if err := f.s.RequeueIntent(ctx, bid, f.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunOnce(ctx); err != nil || f.get(t, bid).State != store.IntentDone {
+		t.Fatalf("requeued: %+v, %v", f.get(t, bid), err)
+	}
+	if tg.effects["charge-o-43"] != 1 || tg.effects["charge-o-42"] != 1 || tg.effects["ship-o-42"] != 1 {
+		t.Fatalf("effects %v", tg.effects)
+	}
+}
+
+func TestEnqueueRefusesUndeliverable(t *testing.T) {
+	f := newFixture()
+	r := f.relay(t, []outbox.Target{{Name: "pay", URL: "http://127.0.0.1:1", Key: orderKey("charge-")}}, nil)
+	for name, in := range map[string]store.Intent{
+		"unknown target": {Target: "nope", Method: "POST", Body: []byte(`{"order":{"id":"o"}}`)},
+		"no method":      {Target: "pay", Body: []byte(`{"order":{"id":"o"}}`)},
+		"missing field":  {Target: "pay", Method: "POST", Body: []byte(`{"order":{}}`)},
+		"bad path":       {Target: "pay", Method: "POST", Path: "charges", Body: []byte(`{"order":{"id":"o"}}`)},
+	} {
+		err := f.s.InTx(context.Background(), func(ctx context.Context, tx *memstore.Tx) error {
+			_, err := r.EnqueueTx(ctx, tx, in)
+			return err
+		})
+		if !errors.Is(err, outbox.ErrBadIntent) {
+			t.Errorf("%s: %v, want ErrBadIntent", name, err)
+		}
+	}
+	if page, _ := f.s.ListIntents(context.Background(), store.IntentPending, 0, 10); len(page) != 0 {
+		t.Fatalf("refused intents were written: %d", len(page))
+	}
+}
+
+// TestStaleRelayCannotRecord: relay A claims and sends, then stalls past
+// its lease (its request hangs at the target); relay B takes the intent
+// over, delivers it with the same key and records it. When A's answer
+// finally comes, its result is fenced.
+func TestStaleRelayCannotRecord(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture()
+	release := make(chan struct{})
+	var calls sync.WaitGroup
+	calls.Add(1)
+	var mu sync.Mutex
+	var keys []string
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		first := n == 1
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		if first {
+			calls.Done()
+			<-release // A's request stalls
+		}
+		w.WriteHeader(201)
+	}))
+	defer srv.Close()
+	targets := []outbox.Target{{Name: "pay", URL: srv.URL, Key: orderKey("charge-"), Timeout: 50 * time.Second}}
+	a := f.relay(t, targets, nil)
+	b := f.relay(t, targets, func(c *outbox.Config) { c.Registerer = nil })
+	id := f.enqueue(t, a, charge("o-42"))
+	done := make(chan error, 1)
+	go func() { _, err := a.RunOnce(ctx); done <- err }()
+	calls.Wait() // A's request is at the target
+	f.clock.Advance(2 * time.Minute)
+	if n, err := b.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("B's takeover: %d, %v", n, err)
+	}
+	if in := f.get(t, id); in.State != store.IntentDone || in.Epoch != 2 {
+		t.Fatalf("after B: %+v", in)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(metric(t, f.reg, "idem_outbox_fenced_total")); got != 1 {
+		t.Fatalf("fenced results %v, want 1", got)
+	}
+	if in := f.get(t, id); in.State != store.IntentDone || in.Epoch != 2 {
+		t.Fatalf("A changed the row: %+v", in)
+	}
+	if len(keys) != 2 || keys[0] != keys[1] {
+		t.Fatalf("keys %v: both attempts must carry the same key", keys)
+	}
+}
+
+func metric(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "copy"})
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				c.Add(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return c
+}
+
+func TestReadVerifyWrite(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture()
+	tg := newTarget(t, false, 409)
+	existing := map[string]bool{"o-1": true}
+	var mu sync.Mutex
+	verify := func(ctx context.Context, in store.Intent) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return existing[strings.TrimPrefix(in.Headers["Idempotency-Key"], "create-")], nil
+	}
+	r := f.relay(t, []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: orderKey("create-"), Verify: verify}}, nil)
+	found := f.enqueue(t, r, charge("o-1"))
+	conflict := f.enqueue(t, r, charge("o-2"))
+	if n, err := r.RunOnce(ctx); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	// o-1 was found: never written. o-2 was written; the target's unique
+	// constraint answered 409, which is done.
+	if f.get(t, found).State != store.IntentDone || f.get(t, conflict).State != store.IntentDone || tg.calls() != 1 || tg.keys[0] != "create-o-2" {
+		t.Fatalf("found %+v, conflict %+v, calls %v", f.get(t, found), f.get(t, conflict), tg.keys)
+	}
+}
+
+func TestConfigChecks(t *testing.T) {
+	s := memstore.NewOutbox(memstore.NewInbox())
+	key := orderKey("k-")
+	for name, cfg := range map[string]*outbox.Config{
+		"nil":             nil,
+		"no key":          {Targets: []outbox.Target{{Name: "pay", URL: "http://x"}}},
+		"bad url":         {Targets: []outbox.Target{{Name: "pay", URL: "ftp://x", Key: key}}},
+		"bad name":        {Targets: []outbox.Target{{Name: "pay me", URL: "http://x", Key: key}}},
+		"twice":           {Targets: []outbox.Target{{Name: "pay", URL: "http://x", Key: key}, {Name: "pay", URL: "http://y", Key: key}}},
+		"timeout>=lease":  {Lease: time.Second, Targets: []outbox.Target{{Name: "pay", URL: "http://x", Key: key, Timeout: time.Second}}},
+		"redirects":       {Client: &http.Client{}, Targets: []outbox.Target{{Name: "pay", URL: "http://x", Key: key}}},
+		"events w/o type": {Targets: []outbox.Target{{Name: "pay", URL: "http://x", Key: key, Events: &outbox.CallbackEvents{Source: "s"}}}},
+	} {
+		if _, err := outbox.New(s, cfg); !errors.Is(err, outbox.ErrBadConfig) {
+			t.Errorf("%s: %v, want ErrBadConfig", name, err)
+		}
+	}
+}
