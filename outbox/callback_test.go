@@ -86,7 +86,11 @@ func TestSignedCallbacksToAnIdemReceiver(t *testing.T) {
 	f := newFixture()
 	r := f.relay(t, []outbox.Target{{Name: "billing", URL: srv.URL, Key: orderKey("invoice-"), Signer: signer,
 		Events: &outbox.CallbackEvents{Source: "https://billing.example/invoices", Type: "invoice.changed"}}},
-		func(c *outbox.Config) { c.Now = time.Now; c.Backoff = time.Millisecond; c.MaxBackoff = time.Millisecond })
+		func(c *outbox.Config) {
+			c.Now = time.Now
+			c.Backoff = time.Millisecond
+			c.MaxBackoff = time.Millisecond
+		})
 	for i := range 3 {
 		f.enqueue(t, r, store.Intent{Target: "billing", Method: "POST", Stream: "o-7",
 			Body:    []byte(`{"order":{"id":"o-7-` + strconv.Itoa(i) + `"}}`),
