@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -236,18 +237,21 @@ func (c *Config) withDefaults() (Config, map[string]*Target, error) {
 
 // keyOf computes the intent's key with its target's template.
 func keyOf(t *Target, in store.Intent) (string, error) {
-	var payload any
-	if err := json.Unmarshal(in.Body, &payload); err != nil {
-		payload = string(in.Body)
+	// The template reads a plain JSON value, as a JSONata expression would;
+	// numbers stay json.Number, so large integers keep their digits.
+	var payload any = string(in.Body)
+	if json.Valid(in.Body) {
+		payload = json.RawMessage(in.Body)
 	}
-	// The template reads a plain JSON value, as a JSONata expression would.
 	b, err := json.Marshal(KeyInput{Payload: payload, Target: in.Target, Method: in.Method, Path: in.Path,
 		Metadata: maps.Clone(in.Metadata), Stream: in.Stream})
 	if err != nil {
 		return "", err
 	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
 	var input any
-	if err := json.Unmarshal(b, &input); err != nil {
+	if err := dec.Decode(&input); err != nil {
 		return "", err
 	}
 	k, err := t.Key(input)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idemhq/idem/keytemplate"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
@@ -404,5 +406,40 @@ func TestConfigChecks(t *testing.T) {
 		if _, err := outbox.New(s, cfg); !errors.Is(err, outbox.ErrBadConfig) {
 			t.Errorf("%s: %v, want ErrBadConfig", name, err)
 		}
+	}
+}
+
+// TestSeedTemplate: the seed's key template, as written, over an intent
+// whose body is the order: every attempt sends charge-<order id>.
+func TestSeedTemplate(t *testing.T) {
+	ctx := context.Background()
+	tmpl, err := keytemplate.Parse("charge", "= 'charge-' & payload.order.id", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture()
+	tg := newTarget(t, true, 503, 200)
+	r := f.relay(t, []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: tmpl.KeyOf}}, nil)
+	big := store.Intent{Target: "pay", Method: "POST", Body: []byte(`{"order":{"id":9007199254740993}}`)}
+	f.enqueue(t, r, charge("o-42"))
+	f.enqueue(t, r, big)
+	for range 2 {
+		if _, err := r.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(time.Hour)
+	}
+	slices.Sort(tg.keys)
+	want := []string{"charge-9007199254740993", "charge-o-42", "charge-o-42"}
+	if !slices.Equal(tg.keys, want) {
+		t.Fatalf("keys %v, want %v (the same key on the retry; big integers exact)", tg.keys, want)
+	}
+	// A missing field refuses the intent in its business transaction.
+	err = f.s.InTx(ctx, func(ctx context.Context, tx *memstore.Tx) error {
+		_, err := r.EnqueueTx(ctx, tx, store.Intent{Target: "pay", Method: "POST", Body: []byte(`{"order":{}}`)})
+		return err
+	})
+	if !errors.Is(err, outbox.ErrBadIntent) || !errors.Is(err, keytemplate.ErrMissingField) {
+		t.Fatalf("missing field: %v", err)
 	}
 }

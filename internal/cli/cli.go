@@ -48,5 +48,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(loadtest.Command())
 	root.AddCommand(webhookcmd.Command())
 	root.AddCommand(newInboxCmd())
+	root.AddCommand(newOutboxCmd())
+	root.AddCommand(newTemplateCmd())
 	return root
 }
