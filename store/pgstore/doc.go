@@ -1,5 +1,5 @@
-// Package pgstore is the PostgreSQL store for idem's request keys and for
-// its event inbox and per-stream order, on pgx v5.
+// Package pgstore is the PostgreSQL store for idem's request keys, for its
+// event inbox and per-stream order, and for its outbox, on pgx v5.
 // Many idem processes may share one database: every state change is one
 // atomic statement, and every write by a claim holder is fenced by its
 // epoch and owner.
@@ -59,6 +59,43 @@
 // which also ends the aborted state a failed statement leaves the
 // transaction in. SweepInbox deletes in batches with FOR UPDATE SKIP
 // LOCKED, like Sweep.
+//
+// # Outbox
+//
+// Store also implements store.OutboxStore[pgx.Tx] and store.OutboxWaker on
+// the tables of migrations/003_idem_outbox.sql. EnqueueTx runs one
+// statement in the caller's transaction: the intent's insert, for a stream
+// an upsert of the stream's row that takes the next sequence, and
+// pg_notify. The stream's row stays locked until the transaction ends, so
+// a stream's sequences are gapless and follow commit order; a transaction
+// enqueuing to several streams should take them in a fixed order, or two
+// such transactions may deadlock (PostgreSQL fails one of them).
+//
+// ClaimIntents is one statement: a CTE selects the due rows in id order,
+// passing over rows of skipped targets and stream rows with an earlier
+// live row of their stream, FOR UPDATE SKIP LOCKED, and an UPDATE puts them
+// in flight with a new epoch. Relays in several processes claim side by
+// side without waiting on each other; no row is claimed twice, and no two
+// rows of a stream are in flight at once (the argument is in
+// ClaimIntents's doc). Results are fenced UPDATEs, as for keys. The claim
+// walks a partial index of the live rows keyed by id and the time each
+// becomes claimable, so done and dead rows cost nothing, and rows not due
+// yet or under a live lease are passed over in the index; rows of a
+// skipped target and stream rows waiting behind their stream's head are
+// read and rejected one by one, so a backlog of either (a target disabled
+// for long, a long stream behind a failing head) slows every claim in
+// proportion, about 0.3 ms and 8 ms per 1,000 rows on the machine
+// measured.
+//
+// OutboxWakeups holds one pooled connection for as long as its context
+// lasts, LISTENing on the channel idem_outbox; EnqueueTx notifies it with
+// the schema as payload, so that stores in several schemas of one database
+// do not wake each other. PostgreSQL delivers a notification only when the
+// transaction commits, and serialises the commits of notifying
+// transactions across the cluster, from the commit's start until its WAL
+// is flushed: small enqueuing transactions, many at once, commit one at a
+// time (about a quarter of the rate of the same transactions without
+// pg_notify, on the machine measured).
 //
 // # Durability
 //

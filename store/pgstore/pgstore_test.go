@@ -14,9 +14,9 @@ import (
 	"github.com/idemhq/idem/store/pgstore"
 )
 
-// migrationCount is how many migrations the store has: 001_idem_keys and
-// 002_idem_inbox.
-const migrationCount = 2
+// migrationCount is how many migrations the store has: 001_idem_keys,
+// 002_idem_inbox and 003_idem_outbox.
+const migrationCount = 3
 
 func TestNewRefusesUnmigratedSchema(t *testing.T) {
 	t.Parallel()

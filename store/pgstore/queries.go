@@ -54,4 +54,31 @@ var (
 	overdueStreamsSQL string
 	//go:embed sql/sweep_inbox.sql
 	sweepInboxSQL string
+
+	// The outbox's (outbox.go).
+
+	//go:embed sql/outbox_enqueue.sql
+	outboxEnqueueSQL string
+	//go:embed sql/outbox_claim.sql
+	outboxClaimSQL string
+	//go:embed sql/outbox_complete.sql
+	outboxCompleteSQL string
+	//go:embed sql/outbox_retry.sql
+	outboxRetrySQL string
+	//go:embed sql/outbox_kill.sql
+	outboxKillSQL string
+	//go:embed sql/outbox_get.sql
+	outboxGetSQL string
+	//go:embed sql/outbox_list.sql
+	outboxListSQL string
+	//go:embed sql/outbox_requeue.sql
+	outboxRequeueSQL string
+	//go:embed sql/outbox_disable.sql
+	outboxDisableSQL string
+	//go:embed sql/outbox_enable.sql
+	outboxEnableSQL string
+	//go:embed sql/outbox_disabled.sql
+	outboxDisabledSQL string
+	//go:embed sql/outbox_sweep.sql
+	outboxSweepSQL string
 )
