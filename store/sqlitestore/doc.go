@@ -78,4 +78,30 @@
 // and time indexes, and dead inbox rows stay until their dead letter is
 // taken. The inbox's statements run unprepared: those outside a
 // transaction serve operators and sweepers, off the hot path.
+//
+// # Outbox
+//
+// Store is also a store.OutboxStore (migration 003): outbound intents in
+// table idem_outbox, the last sequence of every stream in
+// idem_outbox_streams (kept after the stream's rows are swept, so that a
+// stream's sequences never repeat), and disabled targets in
+// idem_outbox_targets. EnqueueTx writes the intent, and for a stream bumps
+// its sequence, in the caller's transaction, from any handle on the file.
+// A claim is one write transaction, so each row goes to one relay, across
+// processes too: it walks a partial index of the claimable rows in id
+// order and stops at its limit, so it costs the same with a million
+// intents waiting. Rows it may not take for a while are held out of that
+// walk (column hold, see migrations/003_idem_outbox.sql): rows waiting for
+// a due time or a lease's end, which the claim moves in once their time
+// came; rows behind an earlier row of their stream, released by a trigger
+// when that row ends; rows of a disabled target, released by
+// EnableTarget. The claim still checks every condition on the rows it
+// takes (a stream's row only when no earlier row of the stream is pending
+// or in flight), so the holds decide its cost, never its answer.
+// Completions, retries and kills are single UPDATEs fenced by id, epoch,
+// owner and the in-flight state; SweepIntents deletes done rows in batches
+// through a partial index of their end times, and dead rows stay for the
+// operator (ListIntents, RequeueIntent). Like the store's other non-Tx
+// methods, the outbox's take this store's writer turn and must not be
+// called inside InTx.
 package sqlitestore

@@ -750,8 +750,8 @@ func TestInboxPlans(t *testing.T) {
 	}
 }
 
-// TestInboxMigration checks migration 002 down and up again, and that New
-// refuses a file at version 1.
+// TestInboxMigration checks migration 002 down (with 003 above it) and up
+// again, and that New refuses a file at version 1.
 func TestInboxMigration(t *testing.T) {
 	t.Parallel()
 	db, _ := openMigrated(t, nil)
@@ -777,11 +777,11 @@ func TestInboxMigration(t *testing.T) {
 		}
 		return m
 	}
-	if v, err := p.GetDBVersion(ctx); err != nil || v != 2 {
-		t.Fatalf("version after Migrate = %d, %v; want 2", v, err)
+	if v, err := p.GetDBVersion(ctx); err != nil || v != 3 {
+		t.Fatalf("version after Migrate = %d, %v; want 3", v, err)
 	}
-	if _, err := p.Down(ctx); err != nil {
-		t.Fatalf("Down: %v", err)
+	if _, err := p.DownTo(ctx, 1); err != nil {
+		t.Fatalf("DownTo(1): %v", err)
 	}
 	got := tables()
 	for _, name := range inboxTables {
@@ -796,8 +796,8 @@ func TestInboxMigration(t *testing.T) {
 		t.Fatalf("New at version 1 = %v, want a refusal telling to run Migrate", err)
 	}
 	res, err := Migrate(ctx, db)
-	if err != nil || len(res) != 1 || res[0].Version != 2 {
-		t.Fatalf("Migrate from version 1 = %+v, %v; want 2 applied", res, err)
+	if err != nil || len(res) != 2 || res[0].Version != 2 || res[1].Version != 3 {
+		t.Fatalf("Migrate from version 1 = %+v, %v; want 2 and 3 applied", res, err)
 	}
 	got = tables()
 	for _, name := range inboxTables {
@@ -807,7 +807,7 @@ func TestInboxMigration(t *testing.T) {
 	}
 	s, err := New(db, nil)
 	if err != nil {
-		t.Fatalf("New at version 2: %v", err)
+		t.Fatalf("New at version 3: %v", err)
 	}
 	defer s.Close()
 	mustTx(t, s, func(ctx context.Context, tx *sql.Tx) error {

@@ -1,0 +1,2 @@
+-- DisabledTargets, by name.
+SELECT target FROM idem_outbox_targets ORDER BY target

@@ -1,0 +1,2 @@
+-- EnableTarget.
+DELETE FROM idem_outbox_targets WHERE target = :target
