@@ -419,7 +419,9 @@ func TestSeedTemplate(t *testing.T) {
 	}
 	f := newFixture()
 	tg := newTarget(t, true, 503, 200)
-	r := f.relay(t, []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: tmpl.KeyOf}}, nil)
+	// One delivery at a time, so that the scripted 503 meets o-42 (the
+	// first claimed).
+	r := f.relay(t, []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: tmpl.KeyOf}}, func(c *outbox.Config) { c.Concurrency = 1 })
 	big := store.Intent{Target: "pay", Method: "POST", Body: []byte(`{"order":{"id":9007199254740993}}`)}
 	f.enqueue(t, r, charge("o-42"))
 	f.enqueue(t, r, big)
