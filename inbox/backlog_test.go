@@ -1,7 +1,6 @@
 package inbox_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -13,7 +12,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/procstat"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"
@@ -232,20 +231,11 @@ func backlogRun(t *testing.T, streams, perStream, dead int) backlogFigures {
 	return fig
 }
 
-// rssMiB reads the process's resident set from /proc/self/status.
+// rssMiB reads the resident set in MiB.
 func rssMiB(t *testing.T) float64 {
-	f, err := os.Open("/proc/self/status")
+	v, err := procstat.RSSMiB()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
+	return v
 }

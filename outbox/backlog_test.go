@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"flag"
@@ -9,11 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemhq/idem/internal/procstat"
 	"github.com/idemhq/idem/internal/testdb"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/store"
@@ -144,20 +141,11 @@ func backlogRun[TX any](t *testing.T, s store.OutboxStore[TX], n int) {
 	}
 }
 
-// rss reads the resident set in MiB from /proc/self/status.
+// rss reads the resident set in MiB.
 func rss(t *testing.T) float64 {
-	f, err := os.Open("/proc/self/status")
+	v, err := procstat.RSSMiB()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
+	return v
 }
