@@ -171,6 +171,9 @@ func (r *Relay[TX]) Drain(ctx context.Context) error {
 	}
 }
 
+// recordTimeout bounds the recording of one result.
+const recordTimeout = 10 * time.Second
+
 // outcome is what to record for one attempt.
 type outcome struct {
 	kind    string // done, retry, dead, disable
@@ -193,6 +196,11 @@ func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) {
 		return // shutting down: the lease ends and another attempt follows
 	}
 	now := r.cfg.Now()
+	// The result is recorded even when ctx ended meanwhile (shutdown): the
+	// target may have acted, and recording it spares a needless re-send.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	ctx = rctx
 	var err error
 	switch o.kind {
 	case "done":
