@@ -96,7 +96,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, in store.Intent) (id,
 	var stream sql.NullString
 	if in.Stream != "" {
 		stream = sql.NullString{String: in.Stream, Valid: true}
-		if err := tx.QueryRowContext(ctx, outboxStreamSeqSQL, sql.Named("stream", in.Stream)).Scan(&seq); err != nil {
+		if err := s.stmts.outboxStreamSeq.txQueryRowScan(ctx, tx, []any{sql.Named("stream", in.Stream)}, &seq); err != nil {
 			return 0, 0, enqueueError(in, interpretError(err))
 		}
 	}
@@ -104,7 +104,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, in store.Intent) (id,
 	if enqueuedAt.IsZero() {
 		enqueuedAt = in.DueAt
 	}
-	res, err := tx.ExecContext(ctx, outboxEnqueueSQL,
+	res, err := s.stmts.outboxEnqueue.txExec(ctx, tx,
 		sql.Named("target", in.Target),
 		sql.Named("stream", stream),
 		sql.Named("seq", seq),
@@ -149,11 +149,11 @@ func (s *Store) ClaimIntents(ctx context.Context, c store.OutboxClaim) ([]store.
 	now := c.Now.UnixMicro()
 	var out []store.Intent
 	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, outboxPromoteSQL, sql.Named("now", now), sql.Named("batch", int64(promoteBatch)))
+		_, err := s.stmts.outboxPromote.txExec(ctx, tx, sql.Named("now", now), sql.Named("batch", int64(promoteBatch)))
 		if err != nil {
 			return interpretError(err)
 		}
-		rows, err := tx.QueryContext(ctx, outboxClaimSQL,
+		rows, err := s.stmts.outboxClaim.txQuery(ctx, tx,
 			sql.Named("owner", c.Owner),
 			sql.Named("now", now),
 			sql.Named("lease_until", addMicros(c.Now, c.Lease)),
@@ -175,7 +175,7 @@ func (s *Store) ClaimIntents(ctx context.Context, c store.OutboxClaim) ([]store.
 
 // CompleteIntent implements store.OutboxStore: one fenced UPDATE.
 func (s *Store) CompleteIntent(ctx context.Context, f store.IntentFence, status int, at time.Time) error {
-	return fenceError("complete intent", f, s.fencedIntent(ctx, outboxCompleteSQL, f,
+	return fenceError("complete intent", f, s.fencedIntent(ctx, s.stmts.outboxComplete, f,
 		sql.Named("status", int64(status)),
 		sql.Named("done_at", toMicros(at)),
 	))
@@ -183,7 +183,7 @@ func (s *Store) CompleteIntent(ctx context.Context, f store.IntentFence, status 
 
 // RetryIntent implements store.OutboxStore: one fenced UPDATE.
 func (s *Store) RetryIntent(ctx context.Context, f store.IntentFence, dueAt time.Time, lastErr string) error {
-	return fenceError("retry intent", f, s.fencedIntent(ctx, outboxRetrySQL, f,
+	return fenceError("retry intent", f, s.fencedIntent(ctx, s.stmts.outboxRetry, f,
 		sql.Named("due_at", toMicros(dueAt)),
 		sql.Named("last_error", lastErr),
 	))
@@ -191,7 +191,7 @@ func (s *Store) RetryIntent(ctx context.Context, f store.IntentFence, dueAt time
 
 // KillIntent implements store.OutboxStore: one fenced UPDATE.
 func (s *Store) KillIntent(ctx context.Context, f store.IntentFence, reason string, at time.Time) error {
-	return fenceError("kill intent", f, s.fencedIntent(ctx, outboxKillSQL, f,
+	return fenceError("kill intent", f, s.fencedIntent(ctx, s.stmts.outboxKill, f,
 		sql.Named("last_error", reason),
 		sql.Named("done_at", toMicros(at)),
 	))
@@ -201,14 +201,21 @@ func (s *Store) KillIntent(ctx context.Context, f store.IntentFence, reason stri
 // store's writer turn: it changes the row only WHERE id, epoch and owner
 // match and the row is in flight, and reports store.ErrFenced when no row
 // matched.
-func (s *Store) fencedIntent(ctx context.Context, query string, f store.IntentFence, args ...any) error {
+func (s *Store) fencedIntent(ctx context.Context, st stmt, f store.IntentFence, args ...any) error {
 	args = append(args, sql.Named("id", f.ID), sql.Named("epoch", f.Epoch), sql.Named("owner", f.Owner))
 	return s.withWrite(ctx, func() error {
-		n, err := s.execCount(ctx, query, args...)
-		if err == nil && n == 0 {
-			err = store.ErrFenced
+		res, err := st.pool.ExecContext(ctx, args...)
+		if err != nil {
+			return interpretError(err)
 		}
-		return err
+		n, err := res.RowsAffected()
+		if err != nil {
+			return interpretError(err)
+		}
+		if n == 0 {
+			return store.ErrFenced
+		}
+		return nil
 	})
 }
 

@@ -43,6 +43,10 @@ type statements struct {
 	// The inbox's statements that run for every event, in the caller's
 	// transaction (see txExec).
 	inboxRecord, streamGet, streamPut stmt
+	// The outbox's per-intent statements: enqueue (in the caller's
+	// transaction), claim (in the store's), and the fenced results.
+	outboxStreamSeq, outboxEnqueue, outboxPromote, outboxClaim stmt
+	outboxComplete, outboxRetry, outboxKill                    stmt
 }
 
 func prepare(ctx context.Context, db *sql.DB) (*statements, error) {
@@ -55,6 +59,9 @@ func prepare(ctx context.Context, db *sql.DB) (*statements, error) {
 		{&st.release, releaseSQL}, {&st.extend, extendSQL},
 		{&st.markUnknown, markUnknownSQL}, {&st.sweep, sweepSQL},
 		{&st.inboxRecord, inboxRecordSQL}, {&st.streamGet, streamGetSQL}, {&st.streamPut, streamPutSQL},
+		{&st.outboxStreamSeq, outboxStreamSeqSQL}, {&st.outboxEnqueue, outboxEnqueueSQL},
+		{&st.outboxPromote, outboxPromoteSQL}, {&st.outboxClaim, outboxClaimSQL},
+		{&st.outboxComplete, outboxCompleteSQL}, {&st.outboxRetry, outboxRetrySQL}, {&st.outboxKill, outboxKillSQL},
 	} {
 		p, err := db.PrepareContext(ctx, s.query)
 		if err != nil {
@@ -69,7 +76,8 @@ func prepare(ctx context.Context, db *sql.DB) (*statements, error) {
 func (st *statements) close() error {
 	var errs []error
 	for _, s := range []stmt{st.claim, st.read, st.get, st.complete, st.release, st.extend, st.markUnknown, st.sweep,
-		st.inboxRecord, st.streamGet, st.streamPut} {
+		st.inboxRecord, st.streamGet, st.streamPut, st.outboxStreamSeq, st.outboxEnqueue, st.outboxPromote,
+		st.outboxClaim, st.outboxComplete, st.outboxRetry, st.outboxKill} {
 		if s.pool != nil {
 			errs = append(errs, s.pool.Close())
 		}
@@ -116,4 +124,13 @@ func (s stmt) txQueryRowScan(ctx context.Context, tx *sql.Tx, args []any, dst ..
 		return tx.QueryRowContext(ctx, s.query, args...).Scan(dst...)
 	}
 	return err
+}
+
+// txQuery is txExec for a query returning rows.
+func (s stmt) txQuery(ctx context.Context, tx *sql.Tx, args ...any) (*sql.Rows, error) {
+	rows, err := tx.StmtContext(ctx, s.pool).QueryContext(ctx, args...)
+	if err != nil && strings.Contains(err.Error(), errOtherDB) {
+		return tx.QueryContext(ctx, s.query, args...)
+	}
+	return rows, err
 }
