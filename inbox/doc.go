@@ -10,8 +10,8 @@
 //  2. lock the event's stream (source, subject) and decide with package
 //     order: apply, park (delta after a gap), or drop (duplicate sequence,
 //     stale snapshot, superseded execution);
-//  3. run the caller's ApplyFunc in a savepoint of the same transaction,
-//     then the parked events it released, each in its own savepoint;
+//  3. run the caller's ApplyFunc in the same transaction, then the parked
+//     events it released, in order;
 //  4. store the stream, the parked events, the gap log and any dead letter;
 //  5. commit. Only then does Process return a Result that may be
 //     acknowledged.
@@ -23,10 +23,11 @@
 //
 // # Failures
 //
-//   - ApplyFunc returns an error wrapped by Invalid: the savepoint is undone
-//     and the event is dead-lettered (reason, stored event, attempts) in the
-//     same transaction; Outcome DeadLettered, which is acknowledged so the
-//     sender stops retrying. Nothing is lost: Requeue runs it again.
+//   - ApplyFunc returns an error wrapped by Invalid: the transaction rolls
+//     back (its writes with it) and runs again at once with the event
+//     dead-lettered (reason, stored event, attempts) instead of applied;
+//     Outcome DeadLettered, which is acknowledged so the sender stops
+//     retrying. Nothing is lost: Requeue runs it again.
 //   - Any other error (or a panic) is transient: the transaction rolls back
 //     and is tried again after Config.Backoff (doubling, jittered), up to
 //     Config.MaxAttempts; the last attempt dead-letters instead.

@@ -65,8 +65,9 @@ func (p *Processor[TX]) compensateTx(ctx context.Context, tx TX, sk store.Stream
 		return Result{}, nil
 	}
 	g := due[0]
-	if err := p.s.Savepoint(ctx, tx, func(ctx context.Context) error { return fn(ctx, tx, sk, g) }); err != nil {
-		// The gap stays open and is tried on the next pass.
+	if err := fn(ctx, tx, sk, g); err != nil {
+		// The whole transaction rolls back: the hook's writes with it, and
+		// the gap stays open for the next pass.
 		return Result{}, fmt.Errorf("compensating %d..%d: %w", g.From, g.To, err)
 	}
 	d, err := order.Compensated(s, g)

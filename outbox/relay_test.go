@@ -445,3 +445,24 @@ func TestSeedTemplate(t *testing.T) {
 		t.Fatalf("missing field: %v", err)
 	}
 }
+
+// TestResultRecordedDuringShutdown: a relay whose context ends after the
+// target answered (here: inside Read-Verify-Write's check, which found the
+// effect) still records the result, so the intent is not sent again.
+func TestResultRecordedDuringShutdown(t *testing.T) {
+	f := newFixture()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	verify := func(context.Context, store.Intent) (bool, error) {
+		cancel() // the relay is told to stop just as the answer arrives
+		return true, nil
+	}
+	r := f.relay(t, []outbox.Target{{Name: "pay", URL: "http://127.0.0.1:1", Key: orderKey("charge-"), Verify: verify}}, nil)
+	id := f.enqueue(t, r, charge("o-42"))
+	if n, err := r.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	if in := f.get(t, id); in.State != store.IntentDone {
+		t.Fatalf("after shutdown: %+v, want done", in)
+	}
+}

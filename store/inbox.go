@@ -112,9 +112,9 @@ type InboxStore[TX any] interface {
 
 	// Savepoint runs fn inside a savepoint of tx: when fn returns an error
 	// (or panics) its writes in tx are undone and the rest of tx is kept,
-	// usable, and fn's error is returned. Package inbox applies each event
-	// in one, so that a failing event can be dead-lettered in the same
-	// transaction that keeps the others.
+	// usable, and fn's error is returned. For callers that must keep part
+	// of a transaction past a failed step; package inbox does not need it
+	// (a failed event reruns its transaction with the event dead-lettered).
 	Savepoint(ctx context.Context, tx TX, fn func(ctx context.Context) error) error
 
 	// RecordEventTx inserts the inbox row key with EventDone and received
