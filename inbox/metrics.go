@@ -1,9 +1,9 @@
 package inbox
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/internal/promreg"
 )
 
 // metrics are the processor's Prometheus metrics. They always exist (so the
@@ -55,17 +55,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.gaps.WithLabelValues("snapshot")
 	m.gaps.WithLabelValues("delta")
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.events, m.gaps, m.compensated, m.deadLetters, m.retries, m.backpressure, m.unavailable} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return nil, errors.New("inbox: Config.Registerer already holds the inbox's metrics: give each Processor its own registry")
-			}
-			return nil, err
-		}
+	if err := promreg.Register(reg, "inbox", "Processor", m.events, m.gaps, m.compensated, m.deadLetters, m.retries, m.backpressure, m.unavailable); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

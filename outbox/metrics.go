@@ -1,9 +1,9 @@
 package outbox
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/internal/promreg"
 )
 
 // metrics are the relay's Prometheus metrics; they always exist and are
@@ -35,17 +35,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Attempts that got no answer (timeout, reset): the next attempt re-sends with the same key.",
 		}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.fenced, m.unknown} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return nil, errors.New("outbox: Config.Registerer already holds the outbox's metrics: give each Relay its own registry")
-			}
-			return nil, err
-		}
+	if err := promreg.Register(reg, "outbox", "Relay", m.deliveries, m.duration, m.fenced, m.unknown); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/internal/promreg"
 )
 
 // Upstream error kinds, the values of the "kind" label of
@@ -50,17 +50,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// Both kinds exist from the start, so that rate() sees a zero first.
 	m.upstreamErrors.WithLabelValues(kindUnreachable)
 	m.upstreamErrors.WithLabelValues(kindUnknown)
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.requests, m.upstreamLatency, m.upstreamErrors, m.inFlight} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return nil, errors.New("proxy: Config.Registerer already holds the proxy's metrics: give each Proxy its own registry")
-			}
-			return nil, err
-		}
+	if err := promreg.Register(reg, "proxy", "Proxy", m.requests, m.upstreamLatency, m.upstreamErrors, m.inFlight); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

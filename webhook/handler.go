@@ -15,6 +15,7 @@ import (
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/promreg"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/signature"
 )
@@ -162,12 +163,8 @@ func New[TX any](p *inbox.Processor[TX], cfg *Config) (*Handler[TX], error) {
 		Help:    "Time from the request to its answer, including the transaction.",
 		Buckets: prometheus.DefBuckets,
 	})
-	if c.Registerer != nil {
-		for _, col := range []prometheus.Collector{h.requests, h.duration} {
-			if err := c.Registerer.Register(col); err != nil {
-				return nil, fmt.Errorf("webhook: registering metrics: %w", err)
-			}
-		}
+	if err := promreg.Register(c.Registerer, "webhook", "Handler", h.requests, h.duration); err != nil {
+		return nil, err
 	}
 	return h, nil
 }
