@@ -20,6 +20,18 @@
 // Upgrade, and the headers Connection lists), X-Forwarded-For, -Host and
 // -Proto are set, redirects are passed to the client, never followed.
 //
+// # Serving
+//
+// Serve the Proxy on a Listener, with ConnContext as the http.Server's
+// ConnContext, as `idem proxy` does. net/http reads a request that has both
+// Content-Length and Transfer-Encoding by its Transfer-Encoding and hides
+// the Content-Length from handlers; a hop in front of the proxy that reads
+// it by its Content-Length would see other requests than the proxy does
+// (request smuggling). The Listener's connections see the header blocks
+// as they are read: such a request gets 400 request-framing-ambiguous, and
+// its connection is closed, so that what its body hides is never read as a
+// request.
+//
 // # When the upstream fails
 //
 // The proxy tells apart, from net/http/httptrace, a request that never
@@ -71,6 +83,17 @@
 // Close (after http.Server.Shutdown let in-flight requests finish) aborts
 // the upstream calls still running, whose keys then stay unknown until
 // their leases end, and answers later requests 503 proxy-closed.
+//
+// # Problems
+//
+// Besides the httpidem middleware's problems, the proxy answers these
+// (application/problem+json; type is Config.ProblemBase and the slug):
+//
+//	slug                       status    when
+//	request-framing-ambiguous  400       both Content-Length and Transfer-Encoding; the connection is closed
+//	proxy-closed               503       Close was called
+//	upstream-unreachable       502       the request never reached the upstream
+//	upstream-outcome-unknown   502, 504  the request reached the upstream and its answer was lost
 //
 // # Metrics
 //

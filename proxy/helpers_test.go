@@ -1,15 +1,18 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,6 +132,7 @@ func (u *upstream) last() seen {
 type front struct {
 	p      *Proxy
 	url    string
+	addr   string // host:port, for raw connections
 	client *http.Client
 	reg    *prometheus.Registry
 	// served gets a value each time the proxy's ServeHTTP returns.
@@ -136,7 +140,8 @@ type front struct {
 }
 
 // newFront starts a proxy with cfg (Upstream and Store set by the caller;
-// Registerer set here).
+// Registerer set here), served as `idem proxy` serves it: on a Listener,
+// with ConnContext.
 func newFront(tb testing.TB, cfg Config) *front {
 	tb.Helper()
 	reg := prometheus.NewRegistry()
@@ -147,7 +152,7 @@ func newFront(tb testing.TB, cfg Config) *front {
 	}
 	tb.Cleanup(func() { p.Close() })
 	f := &front{p: p, reg: reg, served: make(chan struct{}, 4096)}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			select {
 			case f.served <- struct{}{}:
@@ -156,8 +161,11 @@ func newFront(tb testing.TB, cfg Config) *front {
 		}()
 		p.ServeHTTP(w, r)
 	}))
+	srv.Listener = Listener(srv.Listener)
+	srv.Config.ConnContext = ConnContext
+	srv.Start()
 	tb.Cleanup(srv.Close)
-	f.url = srv.URL
+	f.url, f.addr = srv.URL, srv.Listener.Addr().String()
 	tr := &http.Transport{MaxIdleConnsPerHost: 128}
 	tb.Cleanup(tr.CloseIdleConnections)
 	f.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -300,4 +308,58 @@ func sameReply(a, b reply) bool {
 // testutilCount returns idem_proxy_upstream_errors_total of kind.
 func testutilCount(f *front, kind string) float64 {
 	return testutil.ToFloat64(f.p.metrics.upstreamErrors.WithLabelValues(kind))
+}
+
+// raw is a connection to the proxy for requests written by hand.
+type raw struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+// dial opens a raw connection to the proxy; every read or write on it
+// fails after 30 s.
+func (f *front) dial(tb testing.TB) *raw {
+	tb.Helper()
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	return &raw{Conn: c, br: bufio.NewReader(c)}
+}
+
+// exchange writes request, bytes as they go on the wire, and reads one
+// response.
+func (c *raw) exchange(tb testing.TB, request string) reply {
+	tb.Helper()
+	if _, err := io.WriteString(c, request); err != nil {
+		tb.Fatal(err)
+	}
+	return c.read()
+}
+
+// read reads one response.
+func (c *raw) read() reply {
+	res, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	return reply{status: res.StatusCode, header: res.Header, body: body, err: err}
+}
+
+// expectClosed fails unless the other side closes the connection, within
+// 10 s, without sending anything more.
+func (c *raw) expectClosed(tb testing.TB) {
+	tb.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := c.br.ReadByte()
+	switch {
+	case err == nil:
+		tb.Fatalf("the connection is still open: read %q", b)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		tb.Fatal("the connection is still open after 10 s")
+	}
 }

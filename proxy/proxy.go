@@ -199,13 +199,32 @@ func New(cfg *Config) (*Proxy, error) {
 	return p, nil
 }
 
+// Problem slugs of requests the proxy refuses before the middleware.
+const (
+	// slugFramingAmbiguous: the request had both Content-Length and
+	// Transfer-Encoding (seen by a Listener), or came on a connection
+	// whose framing could not be followed; the connection is closed (400).
+	slugFramingAmbiguous = "request-framing-ambiguous"
+	// slugClosed: the proxy is shutting down (503).
+	slugClosed = "proxy-closed"
+)
+
 // ServeHTTP serves one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c := connFrom(r.Context()); c != nil {
+		if ferr := c.refused.Load(); ferr != nil {
+			// RFC 9112 §6.1: close the connection after answering, so
+			// that nothing after the request is read as another one.
+			w.Header().Set("Connection", "close")
+			httpidem.WriteProblem(w, p.base, slugFramingAmbiguous, "Request framing ambiguous", http.StatusBadRequest, ferr.detail)
+			return
+		}
+	}
 	p.mu.RLock()
 	if p.closed {
 		p.mu.RUnlock()
 		w.Header().Set("Retry-After", "1")
-		httpidem.WriteProblem(w, p.base, "proxy-closed", "Proxy closed", http.StatusServiceUnavailable,
+		httpidem.WriteProblem(w, p.base, slugClosed, "Proxy closed", http.StatusServiceUnavailable,
 			"This proxy is shutting down; retry, another instance may answer.")
 		return
 	}

@@ -189,6 +189,9 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	// Watched for requests with both Content-Length and Transfer-Encoding,
+	// which the proxy refuses (ConnContext below lets it see them).
+	ln = proxy.Listener(ln)
 	defer ln.Close()
 	var adminLn net.Listener
 	if f.admin != "" {
@@ -221,6 +224,7 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 	var shuttingDown atomic.Bool
 	srv := &http.Server{
 		Handler:           p,
+		ConnContext:       proxy.ConnContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -203,6 +206,40 @@ func TestProxyCommand(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
+	}
+}
+
+// TestProxyRefusesSmuggling: the command serves the proxy so that it sees a
+// request with both Content-Length and Transfer-Encoding: 400, the
+// connection closed, nothing forwarded.
+func TestProxyRefusesSmuggling(t *testing.T) {
+	t.Parallel()
+	up, calls := countingUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--store", "memory:")
+	c, err := net.Dial("tcp", strings.TrimPrefix(p.proxy, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	body := "0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	fmt.Fprintf(c, "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test\r\nContent-Length: %d\r\n"+
+		"Transfer-Encoding: chunked\r\n\r\n%s", len(body), body)
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "request-framing-ambiguous") {
+		t.Fatalf("got %d %q, want 400 request-framing-ambiguous", res.StatusCode, b)
+	}
+	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection is still open: %v", err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("%d requests reached the upstream", n)
 	}
 }
 
