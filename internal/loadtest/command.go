@@ -77,7 +77,9 @@ request is written to --history as JSON lines: an invoke line before sending,
 then ok (a response), fail (never sent: dial refused) or info (outcome
 unknown: timeout or reset after sending). With --retry-until-terminal, every
 request whose last answer was not terminal (409 in flight or outcome unknown,
-5xx, transport error) is retried afterwards until terminal or --drain-timeout.`,
+5xx, transport error) is retried afterwards until terminal or --drain-timeout.
+With --retry-for, each client retries a request that is not terminal at once,
+for up to that long, before its next request, as a real client would.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep, err := Run(cmd.Context(), &c)
@@ -103,10 +105,11 @@ request whose last answer was not terminal (409 in flight or outcome unknown,
 	f.StringVar(&c.PrincipalHeader, "principal-header", "Authorization", `principal header ("Bearer pN" for Authorization, else "pN")`)
 	f.StringVar(&c.History, "history", "history.jsonl", "history file (JSON lines, truncated first)")
 	f.BoolVar(&c.RetryUntilTerminal, "retry-until-terminal", false, "after the main phase, retry every unresolved request until terminal")
+	f.DurationVar(&c.RetryFor, "retry-for", 0, "in the main phase, retry each request that is not terminal at once, for up to this long")
 	f.DurationVar(&c.Duration, "duration", 0, "spread the main phase over about this long (0: as fast as possible)")
 	f.DurationVar(&c.RequestTimeout, "timeout", 10*time.Second, "per-request timeout")
 	f.DurationVar(&c.DrainTimeout, "drain-timeout", 60*time.Second, "bound on the drain (must exceed the target's lease)")
-	f.DurationVar(&c.MaxRetryAfter, "max-retry-after", time.Second, "cap on the wait between drain retries")
+	f.DurationVar(&c.MaxRetryAfter, "max-retry-after", time.Second, "cap on the wait between retries")
 	f.Int64Var(&c.MaxResponseBody, "max-response-body", 1<<20, "response bytes read per request at most")
 	f.IntVar(&c.BodyPad, "body-pad", 0, "padding bytes added to every request body")
 	f.StringVar(&c.KeyPrefix, "key-prefix", "", "prefix of every key (default: random)")

@@ -7,8 +7,10 @@
 //   - a driver (Run): Keys scopes × Dups duplicates at Clients clients over
 //     one or more targets, a share of same-key-other-body requests, several
 //     principals sharing key strings; every request is an invoke line and a
-//     completion line (ok, fail, info) in a JSON-lines history (Record), and
-//     a drain retries every unresolved request until it is terminal;
+//     completion line (ok, fail, info) in a JSON-lines history (Record);
+//     clients may retry a request that is not terminal at once, with the
+//     same key (RetryFor), and a drain retries every unresolved request
+//     until it is terminal;
 //   - a checker (Check, CheckRecords): no duplicated, lost or unexpected
 //     effect, byte-identical replays, other bodies refused, no answer
 //     across principals or keys, every request terminal, and a per-key

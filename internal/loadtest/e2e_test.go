@@ -137,6 +137,36 @@ func TestEndToEndDrain(t *testing.T) {
 	})
 }
 
+// TestEndToEndRetryFor: with RetryFor each client retries a failed
+// request at once, so every key is terminal after the main phase with no
+// drain; the retries are main-phase operations.
+func TestEndToEndRetryFor(t *testing.T) {
+	t.Parallel()
+	l := ledgerSetup(t, LedgerConfig{FailRate: 0.5})
+	cfg := RunConfig{Keys: 40, Dups: 1, Clients: 8, MaxRetryAfter: 20 * time.Millisecond, RetryFor: 10 * time.Second}
+	rrep, crep := runAndCheck(t, l, cfg, CheckConfig{})
+	if !crep.OK() || crep.Effects != 40 {
+		t.Fatalf("after the main phase:\n%s", reportText(crep.CheckReport))
+	}
+	if rrep.Retries == 0 || rrep.Requests != 40+rrep.Retries || rrep.Outcomes["500"] != rrep.Retries ||
+		rrep.DrainPending != 0 || rrep.DrainRequests != 0 {
+		t.Fatalf("retries %d, requests %d, outcomes %v, drain %d/%d; want every 500 retried in the main phase",
+			rrep.Retries, rrep.Requests, rrep.Outcomes, rrep.DrainPending, rrep.DrainRequests)
+	}
+	if !strings.Contains(runText(rrep), "retries") {
+		t.Fatalf("report does not mention the retries:\n%s", runText(rrep))
+	}
+	recs, err := ReadHistory(crep.history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Phase != PhaseMain {
+			t.Fatalf("record %+v is not in the main phase", r)
+		}
+	}
+}
+
 // TestRunRecordsTransportOutcomes: a refused dial is fail (never sent), a
 // timeout after sending is info (maybe executed).
 func TestRunRecordsTransportOutcomes(t *testing.T) {
@@ -229,6 +259,7 @@ func TestRunConfigValidate(t *testing.T) {
 		{Targets: []string{"http://x"}, History: "h", Keys: -1},
 		{Targets: []string{"http://x"}, History: "h", ConflictShare: 1.5},
 		{Targets: []string{"http://x"}, History: "h", KeyPrefix: "a b"},
+		{Targets: []string{"http://x"}, History: "h", RetryFor: -time.Second},
 	}
 	for _, c := range bad {
 		if _, err := Run(context.Background(), &c); err == nil {

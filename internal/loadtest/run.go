@@ -62,6 +62,14 @@ type RunConfig struct {
 	// errors included) is retried until terminal or DrainTimeout.
 	// Defaults to false.
 	RetryUntilTerminal bool
+	// RetryFor makes each main-phase client behave like a real one: a
+	// request whose answer is not terminal (see Terminal; transport errors
+	// included) is sent again at once with the same key, waiting between
+	// attempts as the drain does, until it is terminal or RetryFor has
+	// passed since its first send; only then does the client take its next
+	// request. What is still not terminal is left to the drain. Every
+	// attempt is a main-phase operation. Defaults to 0: one send each.
+	RetryFor time.Duration
 	// Duration paces the main phase: request n is not sent before
 	// start + n*Duration/(Keys*Dups), so the run lasts about Duration (for
 	// chaos runs in which processes are killed meanwhile). Defaults to 0:
@@ -74,8 +82,8 @@ type RunConfig struct {
 	// processes are killed, since an outcome-unknown key resolves only when
 	// its lease ends. Defaults to 60s.
 	DrainTimeout time.Duration
-	// MaxRetryAfter caps the wait between drain retries (Retry-After is
-	// honoured up to it). Defaults to 1s.
+	// MaxRetryAfter caps the wait between retries, in the drain and with
+	// RetryFor (Retry-After is honoured up to it). Defaults to 1s.
 	MaxRetryAfter time.Duration
 	// MaxResponseBody is the most response bytes read per request; beyond
 	// it the body is hashed as cut and the record says truncated. Nothing
@@ -161,7 +169,7 @@ func (c *RunConfig) validate() error {
 		return fmt.Errorf("run: ConflictShare %v must be within [0, 1]", c.ConflictShare)
 	case c.Duration < 0:
 		return errors.New("run: Duration must not be negative")
-	case c.RequestTimeout < 0, c.DrainTimeout < 0, c.MaxRetryAfter < 0:
+	case c.RequestTimeout < 0, c.DrainTimeout < 0, c.MaxRetryAfter < 0, c.RetryFor < 0:
 		return errors.New("run: timeouts must not be negative")
 	case c.MaxResponseBody < 0, c.BodyPad < 0:
 		return errors.New("run: MaxResponseBody and BodyPad must not be negative")
@@ -180,9 +188,12 @@ type Latencies struct {
 
 // RunReport sums up a run.
 type RunReport struct {
-	// Requests counts main-phase operations; Elapsed is the main phase's
-	// duration and Throughput Requests per second over it.
-	Requests   int
+	// Requests counts main-phase operations, retries included; Elapsed is
+	// the main phase's duration and Throughput Requests per second over it.
+	Requests int
+	// Retries counts the main-phase operations that were retries
+	// (RetryFor).
+	Retries    int
 	Elapsed    time.Duration
 	Throughput float64
 	Latency    Latencies
@@ -212,6 +223,9 @@ func (r *RunReport) WriteText(w io.Writer) {
 		fmt.Fprintf(&b, " %s=%d", k, r.Outcomes[k])
 	}
 	fmt.Fprintf(w, "outcomes   %s\n", b.String())
+	if r.Retries > 0 {
+		fmt.Fprintf(w, "retries     %d of the requests were retries in the main phase\n", r.Retries)
+	}
 	if r.DrainPending > 0 || r.DrainRequests > 0 {
 		fmt.Fprintf(w, "drain       %d pending, %d requests, %d unresolved, %v\n",
 			r.DrainPending, r.DrainRequests, r.DrainUnresolved, r.DrainElapsed.Round(time.Millisecond))
@@ -346,6 +360,7 @@ func (r *runner) mainPhase(ctx context.Context, slots []slot, rep *RunReport) []
 	var next atomic.Int64
 	lats := make([][]time.Duration, r.cfg.Clients)
 	outcomes := make([]map[string]int, r.cfg.Clients)
+	retries := make([]int, r.cfg.Clients)
 	var wg sync.WaitGroup
 	for cl := range r.cfg.Clients {
 		outcomes[cl] = map[string]int{}
@@ -361,9 +376,24 @@ func (r *runner) mainPhase(ctx context.Context, slots []slot, rep *RunReport) []
 						return
 					}
 				}
-				res := r.do(ctx, cl, slots[n].logical, PhaseMain)
+				li := slots[n].logical
+				res := r.do(ctx, cl, li, PhaseMain)
 				lats[cl] = append(lats[cl], res.latency)
 				outcomes[cl][res.outcome()]++
+				if r.cfg.RetryFor <= 0 {
+					continue
+				}
+				deadline := time.Now().Add(r.cfg.RetryFor)
+				backoff := firstBackoff
+				for !res.terminal() && time.Now().Before(deadline) {
+					if !sleepCtx(ctx, r.retryWait(res, &backoff)) {
+						return
+					}
+					res = r.do(ctx, cl, li, PhaseMain)
+					lats[cl] = append(lats[cl], res.latency)
+					outcomes[cl][res.outcome()]++
+					retries[cl]++
+				}
 			}
 		})
 	}
@@ -374,6 +404,7 @@ func (r *runner) mainPhase(ctx context.Context, slots []slot, rep *RunReport) []
 		for k, v := range outcomes[cl] {
 			rep.Outcomes[k] += v
 		}
+		rep.Retries += retries[cl]
 	}
 	return all
 }
@@ -418,29 +449,43 @@ func (r *runner) drain(ctx context.Context, rep *RunReport) {
 }
 
 func (r *runner) retryUntilTerminal(ctx context.Context, cl, li int, sent *atomic.Int64) bool {
-	backoff := 20 * time.Millisecond
+	backoff := firstBackoff
 	for ctx.Err() == nil {
 		res := r.do(ctx, cl, li, PhaseDrain)
 		sent.Add(1)
-		if res.rec.Type == TypeOK && Terminal(res.rec.Status, res.rec.ProblemType) {
+		if res.terminal() {
 			return true
 		}
-		wait := backoff
-		if s, err := strconv.Atoi(strings.TrimSpace(res.rec.RetryAfter)); err == nil && s >= 0 {
-			wait = time.Duration(s) * time.Second
-		}
-		wait = min(max(wait, 10*time.Millisecond), r.cfg.MaxRetryAfter)
-		backoff = min(2*backoff, r.cfg.MaxRetryAfter)
-		if !sleepCtx(ctx, wait) {
+		if !sleepCtx(ctx, r.retryWait(res, &backoff)) {
 			break
 		}
 	}
 	return false
 }
 
+// firstBackoff is the wait before the first retry of a request whose
+// answer carried no Retry-After; it doubles up to MaxRetryAfter.
+const firstBackoff = 20 * time.Millisecond
+
+// retryWait is the wait before retrying after res: its Retry-After, else
+// the backoff (which it doubles), capped by MaxRetryAfter.
+func (r *runner) retryWait(res result, backoff *time.Duration) time.Duration {
+	wait := *backoff
+	if s, err := strconv.Atoi(strings.TrimSpace(res.rec.RetryAfter)); err == nil && s >= 0 {
+		wait = time.Duration(s) * time.Second
+	}
+	*backoff = min(2**backoff, r.cfg.MaxRetryAfter)
+	return min(max(wait, 10*time.Millisecond), r.cfg.MaxRetryAfter)
+}
+
 type result struct {
 	rec     Record
 	latency time.Duration
+}
+
+// terminal reports whether res is a response that settles its request.
+func (res result) terminal() bool {
+	return res.rec.Type == TypeOK && Terminal(res.rec.Status, res.rec.ProblemType)
 }
 
 func (res result) outcome() string {
