@@ -10,7 +10,9 @@
 // and is never stored: other methods, requests without a key (unless
 // RequireKey), and requests without a principal. The principal is the
 // SHA-256 of the Authorization header, or the value of a header that a
-// trusted gateway sets (Config.PrincipalHeader).
+// trusted gateway sets (Config.PrincipalHeader). That header is a
+// singleton: sent twice with one value it counts once; with different
+// values the request is refused (400 header-repeated), whatever its method.
 //
 // # Forwarding
 //
@@ -91,6 +93,7 @@
 //
 //	slug                       status    when
 //	request-framing-ambiguous  400       both Content-Length and Transfer-Encoding; the connection is closed
+//	header-repeated            400       the principal header sent twice with different values
 //	proxy-closed               503       Close was called
 //	upstream-unreachable       502       the request never reached the upstream
 //	upstream-outcome-unknown   502, 504  the request reached the upstream and its answer was lost

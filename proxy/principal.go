@@ -3,63 +3,83 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 )
 
-// authorizationPrincipal is the default principal: the SHA-256 of the
-// request's Authorization header values, so that credentials never reach
-// the store or the logs, and two callers share keys only when they present
-// the same credentials. A request without a non-empty Authorization header
-// has no principal.
-func authorizationPrincipal(r *http.Request) (string, bool) {
-	return hashedValues(r.Header.Values("Authorization"), "authorization-sha256:")
+// principalHeader reads the caller's identity from one request header. The
+// header is a singleton: sent twice with the same value it names one
+// caller, with different values none can be told (errRepeated).
+type principalHeader struct {
+	name string // canonical
+	// principal returns the principal a value names, false if none; the
+	// value is trimmed, never empty.
+	principal func(v string) (string, bool)
 }
 
-// headerPrincipal returns a principal function that reads the header name,
-// set by a trusted gateway in front of the proxy (a user or tenant id).
-func headerPrincipal(name string) func(*http.Request) (string, bool) {
+// errRepeated: the principal header's lines name different callers.
+var errRepeated = errors.New("proxy: principal header repeated with different values")
+
+// authorizationHeader is the default principal: the SHA-256 of the
+// Authorization value, so that credentials never reach the store or the
+// logs, and two callers share keys only when they present the same
+// credentials. A request without a non-empty Authorization has no
+// principal.
+func authorizationHeader() principalHeader {
+	return principalHeader{name: "Authorization", principal: func(v string) (string, bool) {
+		return hashed("authorization-sha256:", v), true
+	}}
+}
+
+// gatewayHeader reads the header name, set by a trusted gateway in front of
+// the proxy (a user or tenant id): its value is the principal.
+func gatewayHeader(name string) principalHeader {
 	prefix := "header:" + http.CanonicalHeaderKey(name) + ":"
-	return func(r *http.Request) (string, bool) {
-		vals := r.Header.Values(name)
-		switch {
-		case len(vals) == 0:
-			return "", false
-		case len(vals) == 1:
-			v := strings.TrimSpace(vals[0])
-			if v == "" {
-				return "", false
-			}
-			return prefix + v, true
-		}
-		// Several values: a client may have added its own next to the
-		// gateway's. Hash them all, so that no combination aliases the
-		// principal of one of its values.
-		return hashedValues(vals, prefix+"sha256:")
-	}
+	return principalHeader{name: http.CanonicalHeaderKey(name), principal: func(v string) (string, bool) {
+		return prefix + v, true
+	}}
 }
 
-// hashedValues hashes the header values as netstrings, so that moving bytes
-// from one value to the next changes the hash. Empty values are ignored; no
-// non-empty value means no principal.
-func hashedValues(vals []string, prefix string) (string, bool) {
-	h := sha256.New()
-	found := false
-	var lenbuf [20]byte
-	for _, v := range vals {
-		v = strings.TrimSpace(v)
-		if v == "" {
-			continue
-		}
-		found = true
-		h.Write(strconv.AppendInt(lenbuf[:0], int64(len(v)), 10))
-		h.Write([]byte{':'})
-		h.Write([]byte(v))
-		h.Write([]byte{','})
+// of returns r's principal, false if it has none (no header, or an empty
+// value), or errRepeated.
+func (h principalHeader) of(r *http.Request) (string, bool, error) {
+	vals := r.Header[h.name]
+	if len(vals) == 0 {
+		return "", false, nil
 	}
-	if !found {
+	p, ok := h.value(vals[0])
+	for _, v := range vals[1:] {
+		if q, qok := h.value(v); q != p || qok != ok {
+			return "", false, errRepeated
+		}
+	}
+	return p, ok, nil
+}
+
+func (h principalHeader) value(v string) (string, bool) {
+	if v = strings.TrimSpace(v); v == "" {
 		return "", false
 	}
-	return prefix + hex.EncodeToString(h.Sum(nil)), true
+	return h.principal(v)
+}
+
+// get is the middleware's Config.Principal. A request whose lines differ
+// has none; the Proxy refuses it before the middleware sees it.
+func (h principalHeader) get(r *http.Request) (string, bool) {
+	p, ok, err := h.of(r)
+	return p, ok && err == nil
+}
+
+// hashed returns prefix and the hex SHA-256 of v as a netstring ("len:v,"),
+// the form principals have always been hashed in, so that keys stored
+// before stay with their callers.
+func hashed(prefix, v string) string {
+	h := sha256.New()
+	h.Write(strconv.AppendInt(nil, int64(len(v)), 10))
+	h.Write([]byte{':'})
+	h.Write([]byte(v))
+	h.Write([]byte{','})
+	return prefix + hex.EncodeToString(h.Sum(nil))
 }

@@ -148,6 +148,7 @@ type Proxy struct {
 	transport http.RoundTripper
 	metrics   *metrics
 	base      string
+	principal principalHeader
 
 	// stop ends the upstream calls still running when Close is called.
 	stop     context.Context
@@ -172,12 +173,12 @@ func New(cfg *Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	principal := authorizationPrincipal
+	principal := authorizationHeader()
 	if c.PrincipalHeader != "" {
-		principal = headerPrincipal(c.PrincipalHeader)
+		principal = gatewayHeader(c.PrincipalHeader)
 	}
 	mw, err := httpidem.New(g, &httpidem.Config{
-		Principal:          principal,
+		Principal:          principal.get,
 		Methods:            c.Methods,
 		RequireKey:         c.RequireKey,
 		MaxBody:            c.MaxBody,
@@ -192,9 +193,9 @@ func New(cfg *Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	p := &Proxy{store: c.Store, transport: c.Transport, metrics: m, base: c.ProblemBase}
+	p := &Proxy{store: c.Store, transport: c.Transport, metrics: m, base: c.ProblemBase, principal: principal}
 	p.stop, p.stopCall = context.WithCancel(context.Background())
-	f := newForwarder(&c, m, p.stop, participation(c.Methods, principal))
+	f := newForwarder(&c, m, p.stop, participation(c.Methods, principal.get))
 	p.handler = mw.Wrap(f)
 	return p, nil
 }
@@ -207,6 +208,9 @@ const (
 	slugFramingAmbiguous = "request-framing-ambiguous"
 	// slugClosed: the proxy is shutting down (503).
 	slugClosed = "proxy-closed"
+	// slugHeaderRepeated: the principal header (Authorization, or
+	// Config.PrincipalHeader) came twice with different values (400).
+	slugHeaderRepeated = "header-repeated"
 )
 
 // ServeHTTP serves one request.
@@ -233,6 +237,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.inFlight.Done()
 	p.metrics.inFlight.Inc()
 	defer p.metrics.inFlight.Dec()
+	if _, _, err := p.principal.of(r); err != nil {
+		// Whichever line the upstream reads, the proxy cannot know the
+		// caller it answers.
+		httpidem.WriteProblem(w, p.base, slugHeaderRepeated, "Header repeated", http.StatusBadRequest,
+			"The "+p.principal.name+" header is sent more than once, with different values; send it once.")
+		return
+	}
 	p.handler.ServeHTTP(w, r)
 }
 
