@@ -81,6 +81,17 @@ func setup(t *testing.T, cfg *httpidem.Config) *bundle {
 	return b
 }
 
+// other returns middleware over a second guard on b's store, with the same
+// settings as setup's: another process sharing the store.
+func (b *bundle) other(t *testing.T) *httpidem.Middleware {
+	t.Helper()
+	g, err := key.New(b.store, &key.Config{Lease: 30 * time.Second, Heartbeat: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newMiddleware(t, g, nil, b.outcomes)
+}
+
 func withDefaults(cfg *httpidem.Config, log *outcomeLog) *httpidem.Config {
 	var c httpidem.Config
 	if cfg != nil {

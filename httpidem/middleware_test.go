@@ -208,8 +208,10 @@ func TestKeyReusedWithOtherRequest(t *testing.T) {
 	}
 }
 
-// HTTP.md, "first request still running": 409 request-in-flight with the
-// lease's time left, rounded up.
+// "first request still running": 409 request-in-flight with the lease's
+// time left, rounded up. The duplicate goes through another middleware on
+// the same store (another process), so the store's lease decides; a
+// duplicate to the same process is answered from the process's own view.
 func TestRequestInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -226,7 +228,7 @@ func TestRequestInFlight(t *testing.T) {
 	<-started
 
 	b.clock.Advance(10*time.Second + 500*time.Millisecond) // 19.5 s left on the 30 s lease
-	rec := serve(h, req("POST", "/charges", "k", "x"))
+	rec := serve(mux(b.other(t), &counter{}), req("POST", "/charges", "k", "x"))
 	wantProblem(t, rec, http.StatusConflict, httpidem.SlugRequestInFlight)
 	wantRetryAfter(t, rec, "20")
 
@@ -359,9 +361,11 @@ func TestStoreUnavailable(t *testing.T) {
 }
 
 // The handler ran but its completion failed: the client is not told the
-// handler's answer (no replay could back it), but 503; the retry, once the
-// lease ends, runs again. When the completion landed and only its answer
-// was lost, the guard reads it back and the response is delivered.
+// handler's answer (no replay could back it yet), but 503; the key stays
+// held (409 to another process, 503 to this one) while the guard keeps
+// trying, and once the store is back the retry gets the replay, never a
+// second run. When the completion landed and only its answer was lost, the
+// guard reads it back and the response is delivered.
 func TestCompletionFails(t *testing.T) {
 	t.Parallel()
 	t.Run("NotRecorded", func(t *testing.T) {
@@ -378,6 +382,19 @@ func TestCompletionFails(t *testing.T) {
 		if r := record(t, b.store, scope("k")); r.State != store.StateProcessing {
 			t.Fatalf("record %v", r.State)
 		}
+		h := mux(b.mw, c)
+		wantProblem(t, serve(h, req("POST", "/charges", "k", "x")), http.StatusServiceUnavailable, httpidem.SlugStoreUnavailable)
+		b.clock.Advance(time.Hour) // far past the lease: the process still holds the key
+		wantProblem(t, serve(h, req("POST", "/charges", "k", "x")), http.StatusServiceUnavailable, httpidem.SlugStoreUnavailable)
+		b.store.SetPlan(nil) // the store recovers
+		again := serve(h, req("POST", "/charges", "k", "x"))
+		if again.Code != http.StatusCreated || again.Header().Get(httpidem.HeaderReplayed) != "true" {
+			t.Fatalf("retry after recovery: %d %s, want the replayed 201", again.Code, again.Body)
+		}
+		if other := serve(mux(b.other(t), c), req("POST", "/charges", "k", "x")); other.Code != again.Code || other.Body.String() != again.Body.String() {
+			t.Fatalf("another process: %d %s, want the same replay", other.Code, other.Body)
+		}
+		wantCalls(t, c, 1)
 	})
 	t.Run("RecordedAnswerLost", func(t *testing.T) {
 		t.Parallel()
@@ -810,6 +827,7 @@ func TestRetryAfterRounding(t *testing.T) {
 	done := make(chan struct{})
 	go func() { serve(h, req("POST", "/charges", "k", "")); close(done) }()
 	<-started
+	other := b.other(t) // another process: the store's lease decides
 	for _, tt := range []struct {
 		advance time.Duration
 		want    string
@@ -817,7 +835,7 @@ func TestRetryAfterRounding(t *testing.T) {
 		{0, "30"}, {time.Millisecond, "30"}, {999 * time.Millisecond, "29"}, {28 * time.Second, "1"}, {999*time.Millisecond - time.Nanosecond, "1"},
 	} {
 		b.clock.Advance(tt.advance)
-		wantRetryAfter(t, serve(h, req("POST", "/charges", "k", "")), tt.want)
+		wantRetryAfter(t, serve(mux(other, &counter{}), req("POST", "/charges", "k", "")), tt.want)
 	}
 	close(release)
 	<-done

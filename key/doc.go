@@ -30,7 +30,14 @@
 //
 // PROCESSING may also carry the Unknown mark (MarkUnknown): the holder ran an
 // external call and lost its answer. The mark changes what waiting callers
-// are told (Unknown rather than InFlight), not the transitions.
+// are told (Unknown rather than InFlight), not the transitions; the holder
+// extends the lease to Config.UnknownHold when it marks, so that no retry
+// runs before an operation that may still be under way has had its time.
+//
+// Beside the store, each Guard keeps the set of keys its process holds: an
+// operation running, or an outcome waiting to be recorded. A duplicate of
+// such a key in the same process is decided there, without the store (see
+// Failures).
 //
 // # Invariants
 //
@@ -64,5 +71,21 @@
 //     whether it landed) and otherwise reported Unavailable without running
 //     anything; a failed completion is read back and retried once, never
 //     resolved by running the operation again.
+//   - The store fails while the operation runs or right after it (an
+//     outage): the effect happened, so the guard does not let the key go.
+//     Do returns the response with ErrUnavailable and ErrRecording, and a
+//     background recorder retries the completion (backoff 50 ms doubling to
+//     1 s, for Config.RecordTimeout), extending the lease whenever the store
+//     answers. Meanwhile a retry in the same process first tries to record
+//     the outcome itself and is refused (Unavailable) until it can, and a
+//     retry elsewhere meets the live lease (InFlight). So the first write
+//     that reaches the recovered store is the fenced completion and every
+//     retry then replays it. The window left: an outage longer than the
+//     lease lets another process take the key over if its retry reaches the
+//     recovered store before the recorder does (at most one backoff step,
+//     1 s); a longer lease closes it. An unknown mark that the store did not
+//     take is retried the same way. Drain waits for the recorder at
+//     shutdown; a process that dies with outcomes unrecorded is the case
+//     above (a downstream key absorbs the rerun).
 //   - Validation failures, conflicts and in-flight duplicates store nothing.
 package key

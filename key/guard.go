@@ -19,9 +19,12 @@ const (
 	DefaultRetention = 24 * time.Hour
 	MaxLease         = 24 * time.Hour
 	MaxRetention     = 366 * 24 * time.Hour
-	// cleanupTimeout bounds the release or unknown-mark written after the
-	// caller's context has ended: the claim must be handed back even when
-	// the client went away.
+	// DefaultRecordTimeout is how long, by default, the guard keeps trying
+	// to record an outcome that the store did not take (Config.RecordTimeout).
+	DefaultRecordTimeout = time.Hour
+	// cleanupTimeout bounds each store write made after the caller's context
+	// has ended (release, unknown mark, completion): the claim must be
+	// settled even when the client went away.
 	cleanupTimeout = 5 * time.Second
 )
 
@@ -39,6 +42,22 @@ type Config struct {
 	// If an extension finds the claim lost (fenced), the operation's context
 	// is cancelled with ErrFenced. Negative disables it. Defaults to Lease/3.
 	Heartbeat time.Duration
+	// UnknownHold is how long a claim stays held after its operation
+	// reported an unknown outcome (MarkUnknown), from that moment: retries
+	// get Unknown until it ends, then the next one runs the operation again.
+	// Set it well above the longest time the effect can still happen after
+	// the caller gave up (an upstream that keeps working after its client's
+	// timeout). At most MaxLease. Defaults to Lease.
+	UnknownHold time.Duration
+	// RecordTimeout is how long the guard keeps trying, in the background,
+	// to record an outcome the store did not take: the response of an
+	// operation that ran while the store was failing, or an unknown mark.
+	// Meanwhile the key stays held (in this process at once; in the store
+	// by lease extensions whenever it answers) and the first write that
+	// reaches the store is the fenced completion, so a retry gets the
+	// replay, never a second run. At most Retention. Defaults to
+	// DefaultRecordTimeout (1h), or Retention if shorter.
+	RecordTimeout time.Duration
 	// Logger receives warnings about writes that failed after the operation
 	// ran. Defaults to a logger that discards everything.
 	Logger *slog.Logger
@@ -58,6 +77,12 @@ func (c *Config) withDefaults() Config {
 	if out.Heartbeat == 0 {
 		out.Heartbeat = out.Lease / 3
 	}
+	if out.UnknownHold == 0 {
+		out.UnknownHold = out.Lease
+	}
+	if out.RecordTimeout == 0 {
+		out.RecordTimeout = min(DefaultRecordTimeout, out.Retention)
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -72,6 +97,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("key: Config.Retention %v out of range [Lease=%v, %v]", c.Retention, c.Lease, MaxRetention)
 	case c.Heartbeat > 0 && c.Heartbeat >= c.Lease:
 		return fmt.Errorf("key: Config.Heartbeat %v must be shorter than Lease %v", c.Heartbeat, c.Lease)
+	case c.UnknownHold < time.Millisecond || c.UnknownHold > MaxLease:
+		return fmt.Errorf("key: Config.UnknownHold %v out of range [1ms, %v]", c.UnknownHold, MaxLease)
+	case c.RecordTimeout < time.Millisecond || c.RecordTimeout > c.Retention:
+		return fmt.Errorf("key: Config.RecordTimeout %v out of range [1ms, Retention=%v]", c.RecordTimeout, c.Retention)
 	}
 	return nil
 }
@@ -94,6 +123,9 @@ type Request struct {
 type Guard struct {
 	store store.Store
 	cfg   Config
+	// local holds the keys this process holds: operations running, and
+	// outcomes waiting to be recorded (see record.go).
+	local localClaims
 }
 
 // New returns a guard over s.
@@ -108,6 +140,8 @@ func New(s store.Store, cfg *Config) (*Guard, error) {
 // claim is a granted claim.
 type claim struct {
 	fence store.Fence
+	// held is this process's entry for the key while it is held here.
+	held *held
 }
 
 // Do runs fn at most once for req's scope and fingerprint, and replays its
@@ -147,14 +181,24 @@ func (g *Guard) Do(ctx context.Context, req Request, fn func(ctx context.Context
 	p := store.CompleteParams{Fence: c.fence, Response: resp, Retention: g.cfg.Retention}
 	err = g.store.Complete(ctx, p)
 	if err == nil {
+		g.local.drop(c)
 		return res, nil
 	}
 	if errors.Is(err, store.ErrFenced) {
+		g.local.drop(c)
 		return res, fmt.Errorf("complete: %w", ErrFenced)
 	}
 	// The completion may have been written although we saw an error. Read
 	// it back; never run fn again to find out.
-	return res, g.resolveComplete(ctx, p, err)
+	err = g.resolveComplete(ctx, p, err)
+	if !errors.Is(err, ErrUnavailable) {
+		g.local.drop(c)
+		return res, err
+	}
+	// The store is failing and the effect happened: keep the key held and
+	// keep trying, so that the first write after recovery records it.
+	g.keepRecording(c, "complete", func(ctx context.Context) error { return g.store.Complete(ctx, p) }, g.cfg.Lease)
+	return res, fmt.Errorf("%w (%w)", err, ErrRecording)
 }
 
 // claim asks the store for the key. It returns a non-nil claim when the
@@ -173,6 +217,9 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 		Lease:       g.cfg.Lease,
 		Retention:   g.cfg.Retention,
 	}
+	if res, err, decided := g.local.check(ctx, p.Key, req.Fingerprint); decided {
+		return nil, res, err
+	}
 	cr, err := g.store.Claim(ctx, p)
 	if err != nil {
 		// The claim may have been written although we saw an error. Our
@@ -185,8 +232,9 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 	}
 	rec := cr.Record
 	if cr.Claimed {
-		return &claim{fence: store.Fence{Key: p.Key, Epoch: rec.Epoch, Owner: p.Owner}},
-			Result{Outcome: Executed, Epoch: rec.Epoch}, nil
+		c := &claim{fence: store.Fence{Key: p.Key, Epoch: rec.Epoch, Owner: p.Owner}}
+		g.local.hold(c, req.Fingerprint, rec.LeaseUntil.Sub(cr.Now))
+		return c, Result{Outcome: Executed, Epoch: rec.Epoch}, nil
 	}
 	if !bytes.Equal(rec.Fingerprint, req.Fingerprint) {
 		v := Fingerprint(rec.Fingerprint).Version()
@@ -251,6 +299,8 @@ func (g *Guard) heartbeat(ctx context.Context, c *claim) (context.Context, func(
 			return
 		case err != nil:
 			g.cfg.Logger.WarnContext(ctx, "idem: lease extension failed", "epoch", c.fence.Epoch, "err", err)
+		default:
+			c.extended(g.cfg.Lease)
 		}
 		t.Reset(g.cfg.Heartbeat)
 	})
@@ -264,23 +314,38 @@ func (g *Guard) heartbeat(ctx context.Context, c *claim) (context.Context, func(
 }
 
 // fail handles fn's error: release the claim so a retry may run, or keep it
-// until the lease ends when the outcome is unknown. It returns ferr.
+// for UnknownHold when the outcome is unknown. It returns ferr.
 func (g *Guard) fail(ctx context.Context, c *claim, ferr error) error {
-	if errors.Is(ferr, ErrOutcomeUnknown) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if err := g.store.MarkUnknown(ctx, c.fence); err != nil {
-			g.cfg.Logger.WarnContext(ctx, "idem: marking outcome unknown failed; the lease still protects the key",
-				"epoch", c.fence.Epoch, "err", err)
-		}
+	if !errors.Is(ferr, ErrOutcomeUnknown) {
+		g.release(ctx, c)
 		return ferr
 	}
-	g.release(ctx, c)
+	// The effect may have happened: hold the key for UnknownHold (a lease
+	// extension), then mark it unknown. If the store does not take both,
+	// keep trying in the background; the process holds the key meanwhile.
+	mark := func(ctx context.Context) error {
+		if _, err := g.store.Extend(ctx, c.fence, g.cfg.UnknownHold); err != nil {
+			return err
+		}
+		return g.store.MarkUnknown(ctx, c.fence)
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := mark(wctx); err != nil && !errors.Is(err, store.ErrFenced) {
+		g.cfg.Logger.WarnContext(ctx, "idem: marking outcome unknown failed; still trying, the key stays held",
+			"epoch", c.fence.Epoch, "err", err)
+		g.keepRecording(c, "mark unknown", mark, g.cfg.UnknownHold)
+		return ferr
+	}
+	g.local.drop(c)
 	return ferr
 }
 
-// release hands the claim back, even if ctx has ended.
+// release hands the claim back, even if ctx has ended. If the store does not
+// take it, the key frees when its lease ends: nothing happened, so nothing
+// needs recording.
 func (g *Guard) release(ctx context.Context, c *claim) {
+	defer g.local.drop(c)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := g.store.Release(ctx, c.fence); err != nil {
@@ -309,7 +374,5 @@ func (g *Guard) resolveComplete(ctx context.Context, p store.CompleteParams, cer
 			return fmt.Errorf("complete: %w", ErrFenced)
 		}
 	}
-	g.cfg.Logger.WarnContext(ctx, "idem: response not recorded; the key frees when its lease ends",
-		"epoch", p.Epoch, "err", cerr)
 	return fmt.Errorf("%w: complete: %w", ErrUnavailable, cerr)
 }

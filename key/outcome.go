@@ -77,6 +77,13 @@ var (
 	// over meanwhile (its lease ended), so its result was not recorded. In
 	// a transaction (TxGuard) the business writes were rolled back too.
 	ErrFenced = errors.New("idem: claim lost to a newer owner")
+	// ErrRecording is wrapped (next to ErrUnavailable) in Do's error when the
+	// operation ran but the store did not take its outcome: the guard keeps
+	// the key held and keeps trying in the background (Config.RecordTimeout),
+	// so a retry after the store recovers gets the replay. Result.Response
+	// holds the operation's response; do not acknowledge it to a client
+	// that would not retry.
+	ErrRecording = errors.New("idem: outcome not recorded yet; still trying")
 )
 
 // MarkUnknown wraps err so that Do keeps the claim until its lease ends

@@ -66,6 +66,13 @@ func (g *TxGuard[TX]) DoTx(ctx context.Context, req Request, fn func(ctx context
 		})
 	}()
 	var oe opError
+	if !errors.As(err, &oe) {
+		// Every path but fn's own error settles here: the commit landed,
+		// was fenced, or (read back below) did not happen, or its fate is
+		// unknown and the lease decides. None has an effect outside the
+		// transaction to record, so the process stops holding the key.
+		defer g.local.drop(c)
+	}
 	switch {
 	case err == nil:
 		res.Response = p.Response

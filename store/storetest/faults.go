@@ -112,23 +112,37 @@ func exerciseFaults(t *testing.T, newStore NewStore) {
 
 	t.Run("CompleteImpossibleKeepsKeyHeld", func(t *testing.T) {
 		t.Parallel()
-		fs, g, clock := setupFault(t)
+		fs, g, _ := setupFault(t)
+		other := newGuard(t, fs) // another process on the same store
 		fs.SetPlan(fault.Always(fault.Before, fault.Complete))
 		var c counter
 		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
-		mustOutcome(t, res, err, key.Executed, key.ErrUnavailable)
-		if string(res.Response) != "paid" {
-			t.Fatalf("caller lost the response it produced: %q", res.Response)
+		mustOutcome(t, res, err, key.Executed, key.ErrRecording)
+		if string(res.Response) != "paid" || !errors.Is(err, key.ErrUnavailable) {
+			t.Fatalf("caller lost the response it produced: %q (%v)", res.Response, err)
 		}
-		fs.SetPlan(nil)
-		// Not released: the effect may have happened, so the key stays held
-		// until the lease ends (an external effect's downstream key absorbs
-		// the retry after that; a transactional one had no effect).
-		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+		// Not released: the effect happened, so the key stays held, in the
+		// store by its lease and here by the guard, which keeps trying.
+		res, err = other.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
 		mustOutcome(t, res, err, key.InFlight, key.ErrInFlight)
-		clock.Advance(testLease)
 		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.Unavailable, key.ErrUnavailable)
+		// The store recovers: the first write is the completion, and every
+		// retry replays it.
+		fs.SetPlan(nil)
+		if err := g.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, gg := range []*key.Guard{other, g} {
+			res, err = gg.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
+			mustOutcome(t, res, err, key.Replayed, nil)
+			if string(res.Response) != "paid" {
+				t.Fatalf("replayed %q", res.Response)
+			}
+		}
+		if c.n.Load() != 1 {
+			t.Fatalf("ran %d times", c.n.Load())
+		}
 	})
 
 	t.Run("ReleaseFailsKeyFreesAtLeaseEnd", func(t *testing.T) {
