@@ -56,7 +56,7 @@ const (
 	// store, so the key was completed with the "not stored" marker.
 	OutcomeNotStored Outcome = "not_stored"
 	// OutcomeReleased: the handler ran (or panicked) and its status is not
-	// stored (5xx, 408, 409, 425, 429, 1xx, 3xx); the claim was released.
+	// stored (5xx, 408, 409, 425, 429, 101); the claim was released.
 	OutcomeReleased Outcome = "released"
 	// OutcomeMarkedUnknown: the handler ran and called MarkUnknown; the
 	// claim is kept until its lease ends.

@@ -69,7 +69,8 @@
 //
 // # What is stored, when
 //
-//   - 2xx, and 4xx except 408, 409, 425 and 429: the status, the headers
+//   - 2xx, 3xx (a redirect after a POST answers an effect that happened),
+//     and 4xx except 408, 409, 425 and 429: the status, the headers
 //     Content-Type, Content-Encoding (a body means nothing without it),
 //     Location and Config.ReplayHeaders, and the body. Never hop-by-hop
 //     headers (nor any the response's Connection header names), never
@@ -77,7 +78,7 @@
 //     and Content-Length. When the handler set no Content-Type, the one
 //     net/http would sniff is set on the first response and stored, so the
 //     replay matches it byte for byte.
-//   - Any other status (5xx, 408, 409, 425, 429, 3xx, 101): nothing; the
+//   - Any other status (5xx, 408, 409, 425, 429, 101): nothing; the
 //     claim is released at once (a transaction rolled back) and the
 //     handler's response delivered; a retry runs the handler again.
 //   - A handler that panics: nothing; the claim is released, then the

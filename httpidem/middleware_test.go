@@ -120,8 +120,10 @@ func TestSniffedContentTypeIsStored(t *testing.T) {
 	}
 }
 
-// HTTP.md: 2xx and 4xx except 408, 409, 425, 429 are stored; every other
+// 2xx, 3xx and 4xx except 408, 409, 425, 429 are stored; every other
 // status releases the claim at once, so the retry runs the handler again.
+// A redirect after a POST (303 See Other) answers an effect that happened:
+// its retry must replay the redirect, Location included, not charge again.
 func TestWhichStatusesAreStored(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -132,7 +134,7 @@ func TestWhichStatusesAreStored(t *testing.T) {
 		{400, true}, {404, true}, {422, true}, {499, true},
 		{408, false}, {409, false}, {425, false}, {429, false},
 		{500, false}, {502, false}, {503, false}, {504, false},
-		{301, false}, {302, false}, {304, false},
+		{300, true}, {301, true}, {302, true}, {303, true}, {304, true}, {307, true}, {308, true},
 	} {
 		t.Run(http.StatusText(tt.status)+itoa(tt.status), func(t *testing.T) {
 			t.Parallel()
@@ -141,6 +143,7 @@ func TestWhichStatusesAreStored(t *testing.T) {
 			h := mux(b.mw, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				calls++
 				w.Header().Set("Content-Type", "text/plain")
+				w.Header().Set("Location", "/charges/"+itoa(calls))
 				w.WriteHeader(tt.status)
 				_, _ = io.WriteString(w, "call "+itoa(calls))
 			}))
@@ -148,6 +151,7 @@ func TestWhichStatusesAreStored(t *testing.T) {
 			if first.Code != tt.status {
 				t.Fatalf("first: %d, want the handler's %d", first.Code, tt.status)
 			}
+
 			rec := record(t, b.store, scope("k"))
 			again := serve(h, req("POST", "/charges", "k", ""))
 			if tt.stored {
@@ -157,6 +161,9 @@ func TestWhichStatusesAreStored(t *testing.T) {
 				wantReplayOf(t, first, again)
 				if calls != 1 {
 					t.Fatalf("handler ran %d times", calls)
+				}
+				if loc := again.Header().Get("Location"); loc != "/charges/1" {
+					t.Fatalf("replayed Location %q, want the first one", loc)
 				}
 				return
 			}

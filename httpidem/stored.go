@@ -125,12 +125,14 @@ func field(b []byte) ([]byte, []byte) {
 	return b[:l:l], b[l:]
 }
 
-// storable reports whether a response with this status is stored: 2xx, and
-// 4xx except 408, 409, 425 and 429 (the client may well succeed by sending
-// the same request again).
+// storable reports whether a response with this status is stored: 2xx; 3xx
+// (a redirect after a POST, 303 See Other above all, answers an effect that
+// happened: running the request again would repeat it); and 4xx except 408,
+// 409, 425 and 429 (the client may well succeed by sending the same request
+// again).
 func storable(status int) bool {
 	switch {
-	case status >= 200 && status <= 299:
+	case status >= 200 && status <= 399:
 		return true
 	case status >= 400 && status <= 499:
 		return !slices.Contains([]int{http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests}, status)
