@@ -22,6 +22,14 @@
 // Upgrade, and the headers Connection lists), X-Forwarded-For, -Host and
 // -Proto are set, redirects are passed to the client, never followed.
 //
+// A request to switch protocols (Connection: Upgrade, as WebSocket sends)
+// on a method that does not take part keeps its offer; the upstream's 101
+// Switching Protocols makes the connection a tunnel between client and
+// upstream, which Config.UpstreamTimeout does not cut (it bounds the wait
+// for the 101): it lasts until either side closes it, or Close. A request
+// that holds a claim goes without the offer: a tunnel can be neither
+// stored nor replayed.
+//
 // # Serving
 //
 // Serve the Proxy on a Listener, with ConnContext as the http.Server's
@@ -84,7 +92,8 @@
 //
 // Close (after http.Server.Shutdown let in-flight requests finish) aborts
 // the upstream calls still running, whose keys then stay unknown until
-// their leases end, and answers later requests 503 proxy-closed.
+// their leases end, ends the tunnels, and answers later requests 503
+// proxy-closed.
 //
 // # Problems
 //

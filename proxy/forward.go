@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,9 @@ type exchange struct {
 	responded bool
 	// buf holds the prefetched response body; back to the pool at the end.
 	buf *bytes.Buffer
+	// handshake, for a request to switch protocols, is UpstreamTimeout
+	// until the upstream answers: a tunnel after 101 outlives it.
+	handshake *time.Timer
 	// lost records, once, that the upstream's answer was lost.
 	lost sync.Once
 }
@@ -124,8 +128,16 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer cancel(nil)
 	defer context.AfterFunc(f.stop, func() { cancel(errClosed) })()
-	ctx, cancelTimeout := context.WithTimeout(ctx, f.timeout)
-	defer cancelTimeout()
+	if upgrade(r.Header) && !ex.participating {
+		// A deadline cannot be lifted once the tunnel is up: a timer
+		// bounds the wait for the upstream's answer instead.
+		ex.handshake = time.AfterFunc(f.timeout, func() { cancel(context.DeadlineExceeded) })
+		defer ex.handshake.Stop()
+	} else {
+		var cancelTimeout context.CancelFunc
+		ctx, cancelTimeout = context.WithTimeout(ctx, f.timeout)
+		defer cancelTimeout()
+	}
 	ctx = context.WithValue(ctx, exchangeKey{}, ex)
 	f.rp.ServeHTTP(w, r.WithContext(ctx))
 	if ex.buf != nil {
@@ -146,6 +158,10 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest, upstream *url.URL) {
 		pr.Out.Header["Idempotency-Key"] = slices.Clone(v)
 	}
 	if ex := exchangeFrom(pr.Out.Context()); ex != nil && ex.participating {
+		// A tunnel cannot be stored nor replayed: the upstream is not
+		// offered to switch protocols (ReverseProxy put the offer back).
+		pr.Out.Header.Del("Connection")
+		pr.Out.Header.Del("Upgrade")
 		// http.Transport silently re-sends a request that carries an
 		// Idempotency-Key and has no body (or a GetBody) when a reused
 		// connection breaks after it was written: the upstream might run
@@ -179,8 +195,11 @@ func (f *forwarder) modifyResponse(res *http.Response) error {
 		return nil
 	}
 	ex.responded = true
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		return f.switched(ex)
+	}
 	watched := &watchedBody{ReadCloser: res.Body, f: f, ex: ex}
-	if !ex.participating || res.StatusCode == http.StatusSwitchingProtocols || res.Body == http.NoBody {
+	if !ex.participating || res.Body == http.NoBody {
 		res.Body = watched
 		return nil
 	}
@@ -198,6 +217,39 @@ func (f *forwarder) modifyResponse(res *http.Response) error {
 		io.Closer
 	}{rd, res.Body}
 	return nil
+}
+
+// switched lets a 101 Switching Protocols through: ReverseProxy tunnels
+// through its body (which must stay the upstream connection), for as long
+// as both sides keep it open, or until Close. The client's connection now
+// carries the tunnel, not requests: a Listener stops scanning it. A
+// request that holds a claim was not offered to switch: the upstream
+// answered what it was not asked, and its outcome is unknown.
+func (f *forwarder) switched(ex *exchange) error {
+	if ex.participating || ex.handshake == nil {
+		return &upstreamError{sent: true, err: errors.New("proxy: the upstream switched protocols unasked")}
+	}
+	ex.handshake.Stop()
+	if c := connFrom(ex.in.Context()); c != nil {
+		c.tunnel.Store(true)
+	}
+	return nil
+}
+
+// upgrade reports whether h asks to switch protocols, as ReverseProxy
+// reads it: Connection lists "upgrade", and Upgrade names a protocol.
+func upgrade(h http.Header) bool {
+	if h.Get("Upgrade") == "" {
+		return false
+	}
+	for _, v := range h["Connection"] {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // maxPooledBuffer is the largest prefetch buffer kept for reuse; larger
@@ -260,7 +312,7 @@ func (f *forwarder) errorHandler(w http.ResponseWriter, out *http.Request, err e
 	}
 	f.lost(ex, err, "waiting for the upstream response")
 	status := http.StatusBadGateway
-	if timeout(err) {
+	if timeout(err) || timeout(context.Cause(out.Context())) {
 		status = http.StatusGatewayTimeout
 	}
 	httpidem.WriteProblem(w, f.base, slugOutcomeUnknown, "Upstream outcome unknown", status,

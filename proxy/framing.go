@@ -21,7 +21,8 @@ import (
 // §6.1), so that a request hidden in the body is never read.
 //
 // The connections must carry cleartext HTTP/1.x, as `idem proxy` serves
-// (the HTTP/2 preface ends the scanning). Served without a Listener, the
+// (the HTTP/2 preface, and a tunnel after 101 Switching Protocols, end the
+// scanning). Served without a Listener, the
 // Proxy works but cannot see the two headers together.
 func Listener(ln net.Listener) net.Listener { return &listener{Listener: ln} }
 
@@ -77,11 +78,13 @@ type watchedConn struct {
 	mu      sync.Mutex
 	scan    framing
 	refused atomic.Pointer[framingError]
+	// tunnel ends the scanning: the connection switched protocols.
+	tunnel atomic.Bool
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if n > 0 && c.refused.Load() == nil {
+	if n > 0 && c.refused.Load() == nil && !c.tunnel.Load() {
 		c.mu.Lock()
 		if ferr := c.scan.feed(p[:n]); ferr != nil {
 			c.refused.Store(ferr)

@@ -77,7 +77,8 @@ type Config struct {
 	SignificantHeaders []string
 
 	// UpstreamTimeout bounds one upstream exchange, from sending the
-	// request to the end of its response body. Defaults to
+	// request to the end of its response body (for a switch of protocols,
+	// to the 101: the tunnel after it is not bounded). Defaults to
 	// DefaultUpstreamTimeout (30s).
 	UpstreamTimeout time.Duration
 
