@@ -44,6 +44,7 @@ type capture struct {
 	wroteHeader bool
 	buf         []byte
 	max         int
+	charge      *charge // the buffer's share of the memory budget
 
 	handedOver bool // fn has returned: the guard has settled the key
 	streaming  bool // the rest of the body goes straight to w
@@ -83,6 +84,7 @@ func (c *capture) Write(p []byte) (int, error) {
 	}
 	if len(c.buf)+len(p) <= c.max {
 		c.buf = append(c.buf, p...)
+		c.charge.grow(cap(c.buf), true)
 		return len(p), nil
 	}
 	// The body outgrows MaxResponse: settle the key first (the marker),

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Defaults and bounds of Config.
@@ -22,6 +23,10 @@ const (
 	// MaxMaxResponse bounds Config.MaxResponse: the response is buffered and
 	// stored in one record.
 	MaxMaxResponse = 64 << 20
+	// DefaultBodyTimeout is the default bound on reading a request body.
+	DefaultBodyTimeout = 30 * time.Second
+	// DefaultMemoryBudget is the default budget for buffered bodies (32 MiB).
+	DefaultMemoryBudget = 32 << 20
 	// DefaultProblemBase prefixes every problem type URI.
 	DefaultProblemBase = "https://idem.dev/problems/"
 )
@@ -50,6 +55,10 @@ const (
 	OutcomeBodyTooLarge Outcome = "body_too_large"
 	// OutcomeInvalidBody: 400 body-unreadable or body-invalid-json.
 	OutcomeInvalidBody Outcome = "invalid_body"
+	// OutcomeBodyTimeout: 408 body-timeout (Config.BodyTimeout).
+	OutcomeBodyTimeout Outcome = "body_timeout"
+	// OutcomeBusy: 503 server-busy (Config.MemoryBudget).
+	OutcomeBusy Outcome = "busy"
 	// OutcomeExecuted: the handler ran and its response was stored.
 	OutcomeExecuted Outcome = "executed"
 	// OutcomeNotStored: the handler ran; its response was too large to
@@ -185,6 +194,24 @@ type Config struct {
 	// MaxBody is the request body limit in bytes, checked before any claim
 	// (413 body-too-large). At most MaxMaxBody. Defaults to 1 MiB.
 	MaxBody int64
+	// BodyTimeout bounds reading a participating request's body, from the
+	// moment the middleware starts reading it: a client that stalls
+	// (declares a length and never sends the last bytes) gets 408
+	// body-timeout and the connection is closed, instead of holding its
+	// buffer for ever. It needs a ResponseWriter that supports
+	// http.ResponseController's SetReadDeadline (net/http's does).
+	// Negative disables it. Defaults to DefaultBodyTimeout (30s).
+	BodyTimeout time.Duration
+	// MemoryBudget bounds the bytes of request and response bodies that the
+	// middleware buffers at once, beyond a small allowance per body (16
+	// KiB, so that ordinary requests never wait on it). A request body that
+	// does not fit (by its declared length, or as it arrives) is refused
+	// with 503 server-busy and Retry-After, before anything is claimed; a
+	// response the handler already produced is always kept (refusing it
+	// would lose an effect) and counted, so request bodies are refused
+	// while it is held. At least MaxBody. Defaults to DefaultMemoryBudget
+	// (32 MiB), or MaxBody + MaxResponse if larger.
+	MemoryBudget int64
 	// MaxResponse is the largest response body stored, in bytes. A larger
 	// one is delivered once and the key completed with a "not stored"
 	// marker (a retry gets 409 response-not-stored). At most
@@ -273,6 +300,15 @@ func (c *Config) settings() (settings, error) {
 	}
 	if s.MaxResponse < 0 || s.MaxResponse > MaxMaxResponse {
 		return settings{}, fmt.Errorf("httpidem: Config.MaxResponse %d out of range [1, %d]", s.MaxResponse, MaxMaxResponse)
+	}
+	if s.BodyTimeout == 0 {
+		s.BodyTimeout = DefaultBodyTimeout
+	}
+	if s.MemoryBudget == 0 {
+		s.MemoryBudget = max(DefaultMemoryBudget, s.MaxBody+s.MaxResponse)
+	}
+	if s.MemoryBudget < s.MaxBody {
+		return settings{}, fmt.Errorf("httpidem: Config.MemoryBudget %d is smaller than MaxBody %d", s.MemoryBudget, s.MaxBody)
 	}
 	s.methods = c.Methods
 	if len(s.methods) == 0 {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idemhq/idem/key"
 )
@@ -17,7 +19,8 @@ import (
 // Middleware puts request keys in front of net/http handlers. It is safe
 // for concurrent use. Build it with New or NewTx.
 type Middleware struct {
-	s settings
+	s      settings
+	budget *budget
 	// run is the guard: Guard.Do or TxGuard.DoTx, with fn's tx as any.
 	run func(ctx context.Context, req key.Request, fn func(ctx context.Context, tx any) ([]byte, error)) (key.Result, error)
 }
@@ -32,7 +35,7 @@ func New(g *key.Guard, cfg *Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{s: s, run: func(ctx context.Context, req key.Request, fn func(context.Context, any) ([]byte, error)) (key.Result, error) {
+	return &Middleware{s: s, budget: &budget{limit: s.MemoryBudget}, run: func(ctx context.Context, req key.Request, fn func(context.Context, any) ([]byte, error)) (key.Result, error) {
 		return g.Do(ctx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, nil) })
 	}}, nil
 }
@@ -49,7 +52,7 @@ func NewTx[TX any](g *key.TxGuard[TX], cfg *Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{s: s, run: func(ctx context.Context, req key.Request, fn func(context.Context, any) ([]byte, error)) (key.Result, error) {
+	return &Middleware{s: s, budget: &budget{limit: s.MemoryBudget}, run: func(ctx context.Context, req key.Request, fn func(context.Context, any) ([]byte, error)) (key.Result, error) {
 		return g.DoTx(ctx, req, func(ctx context.Context, tx TX) ([]byte, error) { return fn(ctx, tx) })
 	}}, nil
 }
@@ -100,15 +103,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 		m.problem(w, r, OutcomeInvalidKey, SlugKeyInvalid, http.StatusBadRequest, err.Error())
 		return
 	}
-	body, err := m.readBody(w, r)
+	reqCharge := &charge{b: m.budget}
+	defer reqCharge.done()
+	body, err := m.readBody(w, r, reqCharge)
 	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			m.problem(w, r, OutcomeBodyTooLarge, SlugBodyTooLarge, http.StatusRequestEntityTooLarge,
-				"the request body is larger than "+strconv.FormatInt(m.s.MaxBody, 10)+" bytes")
-		} else {
-			m.problem(w, r, OutcomeInvalidBody, SlugBodyUnreadable, http.StatusBadRequest,
-				"the request body could not be read")
-		}
+		m.bodyFailed(w, r, err)
 		return
 	}
 	fp, err := m.s.fingerprint(r, body)
@@ -121,6 +120,29 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 		Fingerprint: fp,
 	}
 	m.guarded(w, r, h, req, body)
+}
+
+// bodyFailed answers a body that could not be read whole. The rest of it
+// is never read, so the connection is closed after the answer.
+func (m *Middleware) bodyFailed(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set("Connection", "close")
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		m.problem(w, r, OutcomeBodyTooLarge, SlugBodyTooLarge, http.StatusRequestEntityTooLarge,
+			"the request body is larger than "+strconv.FormatInt(m.s.MaxBody, 10)+" bytes")
+		return
+	}
+	switch {
+	case errors.Is(err, errOverBudget):
+		w.Header().Set("Retry-After", "1")
+		m.problem(w, r, OutcomeBusy, SlugServerBusy, http.StatusServiceUnavailable,
+			"too many request bodies are held in memory right now; retry with the same Idempotency-Key")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		m.problem(w, r, OutcomeBodyTimeout, SlugBodyTimeout, http.StatusRequestTimeout,
+			"the request body did not arrive within "+m.s.BodyTimeout.String()+"; nothing was done")
+	default:
+		m.problem(w, r, OutcomeInvalidBody, SlugBodyUnreadable, http.StatusBadRequest,
+			"the request body could not be read")
+	}
 }
 
 // operation names the request's operation (see Config.Operation).
@@ -151,13 +173,25 @@ func (m *Middleware) operation(r *http.Request, mux *http.ServeMux) string {
 // *http.MaxBytesError, and no more of it is read. The limit goes through
 // http.MaxBytesReader so that the server closes the connection after the
 // answer instead of draining the rest. The body's bytes are read as sent:
-// a Content-Encoding is never decoded.
-func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+// a Content-Encoding is never decoded. Reading is bounded by BodyTimeout
+// (os.ErrDeadlineExceeded), and the buffer by the memory budget, charged
+// to ch by the declared length up front and as the buffer grows
+// (errOverBudget).
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, ch *charge) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
 	if r.ContentLength > m.s.MaxBody {
 		return nil, &http.MaxBytesError{Limit: m.s.MaxBody}
+	}
+	if r.ContentLength > 0 && !ch.grow(int(r.ContentLength)+1, false) {
+		return nil, errOverBudget
+	}
+	if m.s.BodyTimeout > 0 {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(m.s.BodyTimeout)) == nil {
+			defer rc.SetReadDeadline(time.Time{})
+		}
 	}
 	// Trust a declared length for the first allocation only up to a point:
 	// a client that declares MaxBody and sends nothing costs little.
@@ -169,7 +203,11 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, e
 	rd := http.MaxBytesReader(w, r.Body, m.s.MaxBody)
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			grown := append(buf, 0)[:len(buf)]
+			if !ch.grow(cap(grown), false) {
+				return nil, errOverBudget
+			}
+			buf = grown
 		}
 		n, err := rd.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -259,8 +297,9 @@ func (m *Middleware) guarded(w http.ResponseWriter, r *http.Request, h http.Hand
 	}
 	cw := &capture{
 		m: m, w: w, r: r, st: st, ex: ex, stopFence: stopFence,
-		h: w.Header().Clone(), max: int(m.s.MaxResponse),
+		h: w.Header().Clone(), max: int(m.s.MaxResponse), charge: &charge{b: m.budget},
 	}
+	defer cw.charge.done()
 	if cw.h == nil {
 		cw.h = http.Header{}
 	}

@@ -15,6 +15,8 @@ const (
 	SlugBodyTooLarge             = "body-too-large"
 	SlugBodyUnreadable           = "body-unreadable"
 	SlugBodyInvalidJSON          = "body-invalid-json"
+	SlugBodyTimeout              = "body-timeout"
+	SlugServerBusy               = "server-busy"
 	SlugKeyReused                = "idempotency-key-reused"
 	SlugRequestInFlight          = "request-in-flight"
 	SlugOutcomeUnknown           = "outcome-unknown"
@@ -63,6 +65,8 @@ var titles = map[string]string{
 	SlugBodyTooLarge:             "Request body too large",
 	SlugBodyUnreadable:           "Request body unreadable",
 	SlugBodyInvalidJSON:          "Request body cannot be fingerprinted as JSON",
+	SlugBodyTimeout:              "Request body not received in time",
+	SlugServerBusy:               "Too many request bodies in memory",
 	SlugKeyReused:                "Idempotency-Key reused with a different request",
 	SlugRequestInFlight:          "A request with this Idempotency-Key is in progress",
 	SlugOutcomeUnknown:           "The outcome of the first request is unknown",
