@@ -20,7 +20,11 @@
 // idempotent upstream dedups too. Hop-by-hop headers are removed both ways
 // (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding,
 // Upgrade, and the headers Connection lists), X-Forwarded-For, -Host and
-// -Proto are set, redirects are passed to the client, never followed.
+// -Proto are set, redirects are passed to the client, never followed. The
+// path is joined to the upstream's base path as the client sent it; a path
+// with a "." or ".." segment (literal or percent-encoded, with "/", "\",
+// %2F or %5C around it) could lead outside the base path, so it is refused
+// (400 path-invalid), never normalised.
 //
 // A request to switch protocols (Connection: Upgrade, as WebSocket sends)
 // on a method that does not take part keeps its offer; the upstream's 101
@@ -102,6 +106,7 @@
 //
 //	slug                       status    when
 //	request-framing-ambiguous  400       both Content-Length and Transfer-Encoding; the connection is closed
+//	path-invalid               400       a "." or ".." path segment
 //	header-repeated            400       the principal header sent twice with different values
 //	proxy-closed               503       Close was called
 //	upstream-unreachable       502       the request never reached the upstream

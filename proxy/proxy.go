@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -209,6 +210,8 @@ const (
 	slugFramingAmbiguous = "request-framing-ambiguous"
 	// slugClosed: the proxy is shutting down (503).
 	slugClosed = "proxy-closed"
+	// slugPathInvalid: the path has a dot segment (400).
+	slugPathInvalid = "path-invalid"
 	// slugHeaderRepeated: the principal header (Authorization, or
 	// Config.PrincipalHeader) came twice with different values (400).
 	slugHeaderRepeated = "header-repeated"
@@ -238,6 +241,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.inFlight.Done()
 	p.metrics.inFlight.Inc()
 	defer p.metrics.inFlight.Dec()
+	if dotSegment(r.URL.Path) {
+		httpidem.WriteProblem(w, p.base, slugPathInvalid, "Request path invalid", http.StatusBadRequest,
+			`The path has a "." or ".." segment (literal or percent-encoded), which could lead outside the upstream's base path; send it without.`)
+		return
+	}
 	if _, _, err := p.principal.of(r); err != nil {
 		// Whichever line the upstream reads, the proxy cannot know the
 		// caller it answers.
@@ -264,6 +272,20 @@ func (p *Proxy) Close() error {
 		t.CloseIdleConnections()
 	}
 	return nil
+}
+
+// dotSegment reports whether path (decoded: %2E is a dot, %2F a slash)
+// has a "." or ".." segment. Its request is refused, not normalised: the
+// upstream gets the path as the client sent it, or nothing, and a client
+// that sends dot segments is probing. A backslash separates segments too,
+// as some servers read it.
+func dotSegment(path string) bool {
+	for seg := range strings.FieldsFuncSeq(path, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // readyKey is read by Ready. Keys written by package key are 32-byte
