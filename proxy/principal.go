@@ -25,12 +25,40 @@ var errRepeated = errors.New("proxy: principal header repeated with different va
 // authorizationHeader is the default principal: the SHA-256 of the
 // Authorization value, so that credentials never reach the store or the
 // logs, and two callers share keys only when they present the same
-// credentials. A request without a non-empty Authorization has no
+// credentials. The auth-scheme is case-insensitive (RFC 9110 §11.1) and
+// the spaces after it one separator, so the value hashed is "Scheme
+// credentials": the scheme in its common spelling (Bearer, Basic), which
+// keeps the keys stored before this folding with their callers, and the
+// credentials as sent. A request without a non-empty Authorization has no
 // principal.
 func authorizationHeader() principalHeader {
 	return principalHeader{name: "Authorization", principal: func(v string) (string, bool) {
+		scheme, creds := v, ""
+		if i := strings.IndexAny(v, " \t"); i >= 0 {
+			scheme, creds = v[:i], strings.TrimLeft(v[i:], " \t")
+		}
+		v = titleASCII(scheme)
+		if creds != "" {
+			v += " " + creds
+		}
 		return hashed("authorization-sha256:", v), true
 	}}
+}
+
+// titleASCII returns s with its first byte upper-case and the others
+// lower-case, ASCII letters only: other bytes stay as they are, so that two
+// schemes fold into one only if they differ in case alone.
+func titleASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case i == 0 && 'a' <= c && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case i > 0 && 'A' <= c && c <= 'Z':
+			b[i] = c - 'A' + 'a'
+		}
+	}
+	return string(b)
 }
 
 // gatewayHeader reads the header name, set by a trusted gateway in front of

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"testing"
 
@@ -36,5 +38,34 @@ func TestRepeatedPrincipalHeader(t *testing.T) {
 				t.Fatalf("%d upstream calls, %d records; want 1, 1", n, recs)
 			}
 		})
+	}
+}
+
+// TestAuthorizationScheme: the auth-scheme is case-insensitive and the
+// spaces after it are one separator, so "bearer  x" and "Bearer x" are one
+// caller; the credentials are compared as sent.
+func TestAuthorizationScheme(t *testing.T) {
+	t.Parallel()
+	f, up, _, _ := setup(t, "Memory", nil)
+	first := f.send(t, req{key: "s-1", body: "x", auth: "Bearer alice"}).expect(t, http.StatusCreated, "")
+	for _, auth := range []string{"bearer alice", "BEARER   alice", "beaRer \t alice"} {
+		if r := f.send(t, req{key: "s-1", body: "x", auth: auth}); !r.replayed() || !sameReply(first, r) {
+			t.Fatalf("%q: %d %q, want a replay of %q", auth, r.status, r.body, first.body)
+		}
+	}
+	if r := f.send(t, req{key: "s-1", body: "x", auth: "Bearer ALICE"}).expect(t, http.StatusCreated, ""); r.replayed() {
+		t.Fatal("credentials that differ in case named the same caller")
+	}
+	if n := up.calls.Load(); n != 2 {
+		t.Fatalf("upstream called %d times, want 2", n)
+	}
+	// The common spelling hashes as principals always were (a netstring
+	// of the value): keys stored before stay with their callers.
+	sum := sha256.Sum256([]byte("12:Bearer alice,"))
+	want := "authorization-sha256:" + hex.EncodeToString(sum[:])
+	r, _ := http.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set("Authorization", "bearer   alice")
+	if got, ok := authorizationHeader().get(r); !ok || got != want {
+		t.Fatalf("principal %q, want %q", got, want)
 	}
 }
