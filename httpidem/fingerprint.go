@@ -15,13 +15,39 @@ import (
 // by accident.
 var fingerprintTag = []byte("idem.http.v1")
 
+// fingerprintVersion is the version byte of this package's fingerprints.
+// Version 2 keeps the order of the values of one query parameter (version
+// 1 sorted them, so ?a=1&a=2 and ?a=2&a=1 were the same request). Records
+// written with version 1 are compared against a version-1 fingerprint of
+// the retry (key.Request.FingerprintFor), so that the change never turns a
+// retry of a stored key into a conflict.
+const fingerprintVersion = 2
+
+// request returns the key request's fingerprint (the current version) and
+// the function that recomputes it under an older version.
+func (s *settings) request(r *http.Request, body []byte) (key.Fingerprint, func(byte) (key.Fingerprint, bool), error) {
+	fp, err := s.fingerprint(r, body, fingerprintVersion)
+	if err != nil {
+		return nil, nil, err
+	}
+	older := func(v byte) (key.Fingerprint, bool) {
+		if v != key.FingerprintV1 {
+			return nil, false
+		}
+		old, err := s.fingerprint(r, body, key.FingerprintV1)
+		return old, err == nil
+	}
+	return fp, older, nil
+}
+
 // fingerprint hashes what makes two requests "the same": method, path,
-// canonical query, the significant headers, and the body as the mode says.
-// It returns a *bodyError when the body does not suit a JSON mode.
-func (s *settings) fingerprint(r *http.Request, body []byte) (key.Fingerprint, error) {
+// canonical query, the significant headers, and the body as the mode says,
+// under the given version (see fingerprintVersion). It returns a
+// *bodyError when the body does not suit a JSON mode.
+func (s *settings) fingerprint(r *http.Request, body []byte, version byte) (key.Fingerprint, error) {
 	parts := make([][]byte, 0, 8+2*len(s.sig)+2*len(s.fields))
 	parts = append(parts, fingerprintTag, []byte(r.Method), []byte(normalisePath(r.URL.EscapedPath())))
-	parts = append(parts, canonicalQuery(r.URL.RawQuery))
+	parts = append(parts, canonicalQuery(r.URL.RawQuery, version >= 2))
 	for _, name := range s.sig {
 		parts = append(parts, []byte(name), encodeValues(r.Header[name]))
 	}
@@ -42,7 +68,7 @@ func (s *settings) fingerprint(r *http.Request, body []byte) (key.Fingerprint, e
 		}
 		parts = append(parts, vals...)
 	}
-	return key.FingerprintOf(parts...), nil
+	return key.FingerprintVersion(version, parts...), nil
 }
 
 // encodeValues writes a header's values as netstrings, so that absent, one
@@ -107,12 +133,14 @@ func normalisePath(p string) string {
 }
 
 // canonicalQuery returns the query in one canonical form: pairs decoded
-// (form encoding: '+' is a space), sorted by name then value, and encoded
+// (form encoding: '+' is a space), sorted by name (with keepOrder, the
+// values of one name keep the order they came in, as an application reading
+// them in order sees them; without it, version 1, by value too), and encoded
 // again with url.QueryEscape; "a" and "a=" are the same pair, as for
 // url.ParseQuery, and empty pairs are dropped. A query that does not decode
 // (a bad percent escape) is kept raw behind another tag, so it never equals
 // a decodable one.
-func canonicalQuery(raw string) []byte {
+func canonicalQuery(raw string, keepOrder bool) []byte {
 	if raw == "" {
 		return []byte("q:")
 	}
@@ -130,8 +158,8 @@ func canonicalQuery(raw string) []byte {
 		}
 		pairs = append(pairs, pair{uk, uv})
 	}
-	slices.SortFunc(pairs, func(a, b pair) int {
-		if c := strings.Compare(a.k, b.k); c != 0 {
+	slices.SortStableFunc(pairs, func(a, b pair) int {
+		if c := strings.Compare(a.k, b.k); c != 0 || keepOrder {
 			return c
 		}
 		return strings.Compare(a.v, b.v)

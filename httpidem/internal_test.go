@@ -38,9 +38,9 @@ func TestCanonicalQuery(t *testing.T) {
 		{"a", "a="},
 		{"a=1&&b=2&", "b=2&a=1"},
 		{"x=%e2%82%ac", "x=%E2%82%AC"},
-		{"a=2&a=1", "a=1&a=2"},
+		{"b=1&a=2&a=1", "a=2&a=1&b=1"},
 	} {
-		if a, b := canonicalQuery(tt.a), canonicalQuery(tt.b); !bytes.Equal(a, b) {
+		if a, b := canonicalQuery(tt.a, true), canonicalQuery(tt.b, true); !bytes.Equal(a, b) {
 			t.Errorf("%q -> %q and %q -> %q, want equal", tt.a, a, tt.b, b)
 		}
 	}
@@ -50,8 +50,11 @@ func TestCanonicalQuery(t *testing.T) {
 		{"a=1&b=2", "a=1%26b%3D2"},
 		{"%zz", "%25zz"},
 		{"", "a"},
+		// The values of one name keep their order: an application that
+		// reads ?item=a&item=b as a list gets another list.
+		{"a=1&a=2", "a=2&a=1"},
 	} {
-		if a, b := canonicalQuery(tt.a), canonicalQuery(tt.b); bytes.Equal(a, b) {
+		if a, b := canonicalQuery(tt.a, true), canonicalQuery(tt.b, true); bytes.Equal(a, b) {
 			t.Errorf("%q and %q both -> %q, want different", tt.a, tt.b, a)
 		}
 	}
@@ -74,7 +77,7 @@ func TestFingerprintParts(t *testing.T) {
 		for i := 0; i+1 < len(extra); i += 2 {
 			r.Header.Set(extra[i], extra[i+1])
 		}
-		f, err := s.fingerprint(r, []byte(body))
+		f, _, err := s.request(r, []byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}

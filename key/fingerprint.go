@@ -36,6 +36,20 @@ func FingerprintOf(parts ...[]byte) Fingerprint {
 	return h.Sum(fp)
 }
 
+// FingerprintVersion is FingerprintOf under another version byte (1 to
+// 255), for a caller that changed which parts it hashes: the digest is the
+// same SHA-256 over netstrings, and the version tells a stored fingerprint
+// of the old choice of parts from one of the new, so that the caller can
+// recompute the old one for a retry (Request.FingerprintFor) instead of
+// seeing a conflict.
+func FingerprintVersion(version byte, parts ...[]byte) Fingerprint {
+	fp := FingerprintOf(parts...)
+	if version != 0 {
+		fp[0] = version
+	}
+	return fp
+}
+
 // Version returns the fingerprint's version byte, or 0 if it is empty.
 func (f Fingerprint) Version() byte {
 	if len(f) == 0 {
