@@ -55,6 +55,9 @@ const (
 	OutcomeBodyTooLarge Outcome = "body_too_large"
 	// OutcomeInvalidBody: 400 body-unreadable or body-invalid-json.
 	OutcomeInvalidBody Outcome = "invalid_body"
+	// OutcomeInvalidMethod: 400 method-invalid (a participating method in
+	// another case, such as "post").
+	OutcomeInvalidMethod Outcome = "invalid_method"
 	// OutcomeBodyTimeout: 408 body-timeout (Config.BodyTimeout).
 	OutcomeBodyTimeout Outcome = "body_timeout"
 	// OutcomeBusy: 503 server-busy (Config.MemoryBudget).
@@ -72,6 +75,10 @@ const (
 	OutcomeMarkedUnknown Outcome = "marked_unknown"
 	// OutcomeReplayed: a stored response was replayed.
 	OutcomeReplayed Outcome = "replayed"
+	// OutcomeEncodingNotAcceptable: 406 encoding-not-acceptable (the stored
+	// response's content coding is refused by the retry and cannot be
+	// undone).
+	OutcomeEncodingNotAcceptable Outcome = "encoding_not_acceptable"
 	// OutcomeResponseNotStored: 409 response-not-stored (a retry of a
 	// request whose response was too large to store).
 	OutcomeResponseNotStored Outcome = "response_not_stored"

@@ -79,6 +79,14 @@ func (m *Middleware) passThrough(w http.ResponseWriter, r *http.Request, h http.
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handler, mux *http.ServeMux) {
 	if !slices.Contains(m.s.methods, r.Method) {
+		if up := strings.ToUpper(r.Method); up != r.Method && slices.Contains(m.s.methods, up) {
+			// Method names are case-sensitive, but many servers take "post"
+			// for POST: passing it unguarded would let a keyed request run
+			// twice.
+			m.problem(w, r, OutcomeInvalidMethod, SlugMethodInvalid, http.StatusBadRequest,
+				"method names are case-sensitive: "+r.Method+" is not "+up+"; send "+up)
+			return
+		}
 		h.ServeHTTP(w, r)
 		return
 	}
@@ -110,14 +118,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 		m.bodyFailed(w, r, err)
 		return
 	}
-	fp, err := m.s.fingerprint(r, body)
+	fp, older, err := m.s.request(r, body)
 	if err != nil {
 		m.problem(w, r, OutcomeInvalidBody, SlugBodyInvalidJSON, http.StatusBadRequest, err.Error())
 		return
 	}
 	req := key.Request{
-		Scope:       key.Scope{Principal: principal, Operation: m.operation(r, mux), Key: k},
-		Fingerprint: fp,
+		Scope:          key.Scope{Principal: principal, Operation: m.operation(r, mux), Key: k},
+		Fingerprint:    fp,
+		FingerprintFor: older,
 	}
 	m.guarded(w, r, h, req, body)
 }
@@ -376,6 +385,12 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, resp []byte)
 		m.problem(w, r, OutcomeResponseNotStored, SlugResponseNotStored, http.StatusConflict,
 			"the first request with this Idempotency-Key completed, but its response ("+strconv.Itoa(sr.status)+
 				") was too large to store; it is not run again")
+		return
+	}
+	if !m.negotiate(r, &sr) {
+		m.problem(w, r, OutcomeEncodingNotAcceptable, SlugEncodingNotAcceptable, http.StatusNotAcceptable,
+			"the response to this Idempotency-Key was stored with Content-Encoding "+sr.header.Get("Content-Encoding")+
+				", which this request's Accept-Encoding refuses; it is not run again to get another encoding")
 		return
 	}
 	h := w.Header()

@@ -16,6 +16,8 @@ const (
 	SlugBodyUnreadable           = "body-unreadable"
 	SlugBodyInvalidJSON          = "body-invalid-json"
 	SlugBodyTimeout              = "body-timeout"
+	SlugMethodInvalid            = "method-invalid"
+	SlugEncodingNotAcceptable    = "encoding-not-acceptable"
 	SlugServerBusy               = "server-busy"
 	SlugKeyReused                = "idempotency-key-reused"
 	SlugRequestInFlight          = "request-in-flight"
@@ -66,6 +68,8 @@ var titles = map[string]string{
 	SlugBodyUnreadable:           "Request body unreadable",
 	SlugBodyInvalidJSON:          "Request body cannot be fingerprinted as JSON",
 	SlugBodyTimeout:              "Request body not received in time",
+	SlugMethodInvalid:            "Method name in the wrong case",
+	SlugEncodingNotAcceptable:    "The stored response's encoding is not acceptable",
 	SlugServerBusy:               "Too many request bodies in memory",
 	SlugKeyReused:                "Idempotency-Key reused with a different request",
 	SlugRequestInFlight:          "A request with this Idempotency-Key is in progress",
