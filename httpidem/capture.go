@@ -141,7 +141,7 @@ func (c *capture) decide(overflow bool) (handled, Outcome) {
 		return handled{err: key.MarkUnknown(cause)}, OutcomeMarkedUnknown
 	case !storable(c.status):
 		return handled{err: errNotStored}, OutcomeReleased
-	case overflow:
+	case overflow || c.st.bodyNotStored():
 		return handled{resp: encodeMarker(c.status)}, OutcomeNotStored
 	}
 	return handled{resp: encodeResponse(c.status, c.snap, c.keep(), c.buf)}, OutcomeExecuted

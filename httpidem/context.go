@@ -14,8 +14,9 @@ type stateKey struct{}
 type reqState struct {
 	tx any // set before the handler runs, never changed
 
-	mu      sync.Mutex
-	unknown error
+	mu        sync.Mutex
+	unknown   error
+	notStored bool
 }
 
 func stateOf(ctx context.Context) *reqState {
@@ -53,6 +54,31 @@ func MarkUnknown(r *http.Request, cause error) {
 	if st.unknown == nil {
 		st.unknown = cause
 	}
+}
+
+// MarkNotStored tells the middleware, from inside the handler, that this
+// response's body must not be stored although the effect happened: its
+// integrity cannot be known (an upstream body delimited by closing the
+// connection looks the same whole or cut). The response is delivered; if
+// its status is one that is stored, the key is completed with the "not
+// stored" marker, so retries get 409 response-not-stored, never a re-run
+// nor a replay of a body that may be truncated.
+//
+// Like MarkUnknown, it must be called before the response body outgrows
+// Config.MaxResponse. Outside a guarded request it does nothing. Safe for
+// concurrent use.
+func MarkNotStored(r *http.Request) {
+	if st := stateOf(r.Context()); st != nil {
+		st.mu.Lock()
+		st.notStored = true
+		st.mu.Unlock()
+	}
+}
+
+func (st *reqState) bodyNotStored() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.notStored
 }
 
 // TxFrom returns the store's transaction that a handler behind NewTx runs

@@ -89,3 +89,25 @@ func TestReplayRespectsAcceptEncoding(t *testing.T) {
 		})
 	}
 }
+
+// A handler that cannot vouch for its body (MarkNotStored) completes the
+// key without it: the first client gets the response, a retry gets 409
+// response-not-stored, and the handler never runs again.
+func TestMarkNotStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	calls := 0
+	h := mux(b.mw, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		httpidem.MarkNotStored(r)
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "maybe cut")
+	}))
+	if rec := serve(h, req("POST", "/charges", "k", "x")); rec.Code != http.StatusOK || rec.Body.String() != "maybe cut" {
+		t.Fatalf("first: %d %q", rec.Code, rec.Body)
+	}
+	wantProblem(t, serve(h, req("POST", "/charges", "k", "x")), http.StatusConflict, httpidem.SlugResponseNotStored)
+	if calls != 1 {
+		t.Fatalf("ran %d times", calls)
+	}
+}
