@@ -1,6 +1,6 @@
 // Package httpidem is net/http middleware that gives unsafe requests
 // idempotency keys, as the IETF draft "The Idempotency-Key HTTP Header
-// Field" describes and as docs/http.md (the contract) fixes: a request retried
+// Field" describes and idem's HTTP contract fixes: a request retried
 // with the same Idempotency-Key runs its handler at most once, and every
 // retry gets the first response back, marked Idempotent-Replayed: true.
 //
