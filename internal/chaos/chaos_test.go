@@ -27,7 +27,7 @@ import (
 	"github.com/idemhq/idem/store/pgstore"
 )
 
-var long = flag.Bool("chaos.long", false, "run the long chaos version: 10,000 requests over 2,000 keys, a kill every 2 s for 60 s")
+var long = flag.Bool("chaos.long", false, "run the long versions: chaos, 10,000 requests over 2,000 keys, a kill every 2 s for 60 s; outages, 60 s of them")
 
 // idemBin is the idem binary the proxies run, built once by TestMain.
 var idemBin string
@@ -73,6 +73,13 @@ func TestChaosSQLite(t *testing.T) {
 }
 
 func TestChaosPostgres(t *testing.T) {
+	runChaos(t, postgresSchemaURL(t).String())
+}
+
+// postgresSchemaURL migrates a schema of the test's own (testdb) and returns
+// the server's URL with that schema as its search_path.
+func postgresSchemaURL(t *testing.T) *url.URL {
+	t.Helper()
 	pool := testdb.Postgres(t)
 	if _, err := pgstore.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
@@ -88,7 +95,7 @@ func TestChaosPostgres(t *testing.T) {
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	runChaos(t, u.String())
+	return u
 }
 
 func TestChaosRedis(t *testing.T) {
