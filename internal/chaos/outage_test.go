@@ -96,7 +96,17 @@ func TestOutageRedis(t *testing.T) {
 }
 
 func runOutages(t *testing.T, storeURL string, o storeOutage, sz outageSize) {
-	dir := t.TempDir()
+	// The ledger's log, the history and the proxies' logs stay for a look
+	// when the test fails.
+	dir, err := os.MkdirTemp("", "idem-"+t.Name()+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), sz.duration+5*time.Minute)
 	defer cancel()
 
