@@ -35,6 +35,24 @@ type outageSize struct {
 	// outage is how long store writes fail each time; gap the time between
 	// the end of one outage and the start of the next.
 	outage, gap time.Duration
+	// lease is the proxies' --lease: longer than a store write can stall
+	// (stall) by outageLeaseMargin, and shorter than the clients' retries,
+	// so that without the fix the retry after the lease runs the key again.
+	lease time.Duration
+}
+
+// outageLeaseMargin is what a key's lease has left when the store is back:
+// time for the proxies to reconnect and record the outcome. An outage that
+// outlasts the lease lets another process take the key over (the store's
+// lease is all that holds a key across processes), which no proxy can
+// prevent; with a lease barely longer than the outage (2 s for 1.5 s) the
+// proxies' reconnection after the outage (about 0.4 s on PostgreSQL) already
+// loses that race for some keys.
+const outageLeaseMargin = 3500 * time.Millisecond
+
+func newOutageSize(duration time.Duration, keysPerSecond int, outage, gap, stall time.Duration) outageSize {
+	return outageSize{duration: duration, keysPerSecond: keysPerSecond, outage: outage, gap: gap,
+		lease: stall + outageLeaseMargin}
 }
 
 const (
@@ -43,26 +61,29 @@ const (
 	// outageUpstreamDelay keeps several keyed requests at the upstream at
 	// any moment, so that each outage starts in the middle of some.
 	outageUpstreamDelay = 300 * time.Millisecond
-	// outageLease is short, so that a key whose claim lapsed during an
-	// outage is free again (and run again, if the proxy let go of it)
-	// within the clients' retries.
-	outageLease = 2 * time.Second
+	// outageRetryFor is how long a client retries one request: well beyond
+	// the lease, so that a key the proxy let go of runs again.
+	outageRetryFor = time.Minute
 	// outageFirst is when the first outage starts.
 	outageFirst = 1500 * time.Millisecond
 )
 
 func currentOutageSize(sqlite bool) outageSize {
+	const outage = 1500 * time.Millisecond
+	// On SQLite a write that starts during the outage fails only after the
+	// busy timeout, and one that starts later waits for the lock: writes
+	// stall for the busy timeout plus the outage.
 	switch {
 	case *long && sqlite:
-		return outageSize{duration: 60 * time.Second, keysPerSecond: 15, outage: 1500 * time.Millisecond, gap: 2500 * time.Millisecond}
+		return newOutageSize(60*time.Second, 15, outage, 2500*time.Millisecond, sqliteBusyTimeout+outage)
 	case *long:
-		return outageSize{duration: 60 * time.Second, keysPerSecond: 25, outage: 1500 * time.Millisecond, gap: 2500 * time.Millisecond}
+		return newOutageSize(60*time.Second, 25, outage, 2500*time.Millisecond, outage)
 	case sqlite:
 		// Each SQLite outage stalls every write for the busy timeout, and
 		// the clients catch up after it: two outages and fewer keys.
-		return outageSize{duration: 26 * time.Second, keysPerSecond: 15, outage: 1500 * time.Millisecond, gap: 1500 * time.Millisecond}
+		return newOutageSize(26*time.Second, 15, outage, 1500*time.Millisecond, sqliteBusyTimeout+outage)
 	default:
-		return outageSize{duration: 12 * time.Second, keysPerSecond: 25, outage: 1500 * time.Millisecond, gap: 2500 * time.Millisecond}
+		return newOutageSize(12*time.Second, 25, outage, 2500*time.Millisecond, outage)
 	}
 }
 
@@ -120,7 +141,7 @@ func runOutages(t *testing.T, storeURL string, o storeOutage, sz outageSize) {
 	defer ledger.Close()
 
 	args := []string{"proxy", "--upstream", ledger.URL(), "--store", storeURL,
-		"--lease", outageLease.String(), "--upstream-timeout", "5s", "--log-level", "warn"}
+		"--lease", sz.lease.String(), "--upstream-timeout", "5s", "--log-level", "info"}
 	procs := make([]*proxyProc, 4)
 	targets := make([]string, len(procs))
 	logs := make([]string, len(procs))
@@ -175,7 +196,7 @@ func runOutages(t *testing.T, storeURL string, o storeOutage, sz outageSize) {
 		// answers: the clients wait longer.
 		RequestTimeout: 3 * sqliteBusyTimeout,
 		// Clients retry 503 and 409 with the same key until terminal.
-		RetryFor:           time.Minute,
+		RetryFor:           outageRetryFor,
 		MaxRetryAfter:      500 * time.Millisecond,
 		RetryUntilTerminal: true,
 		DrainTimeout:       2 * time.Minute,
