@@ -42,7 +42,8 @@ func PostgresURL() string {
 }
 
 // Postgres creates an empty schema named idem_test_<random> and returns a
-// pool whose connections use it as their search_path, so unqualified names
+// pool whose connections use it as their search_path and application_name,
+// so unqualified names
 // (and migrations run through the pool) land in it. The pool is closed and
 // the schema dropped with everything in it when tb ends. Nothing is migrated.
 func Postgres(tb testing.TB) *pgxpool.Pool {
@@ -64,6 +65,11 @@ func Postgres(tb testing.TB) *pgxpool.Pool {
 		tb.Fatalf("testdb: parse %s=%q: %v", PostgresEnv, url, err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	// The schema's name is also the connections' application_name, so a
+	// test that ends "every connection of its pool" (pg_terminate_backend
+	// by application_name) ends only its own, never another package's
+	// running beside it.
+	cfg.ConnConfig.RuntimeParams["application_name"] = schema
 	cfg.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
