@@ -217,7 +217,7 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 		Lease:       g.cfg.Lease,
 		Retention:   g.cfg.Retention,
 	}
-	if res, err, decided := g.local.check(ctx, p.Key, req.Fingerprint); decided {
+	if res, err, decided := g.checkLocal(ctx, p.Key, req.Fingerprint); decided {
 		return nil, res, err
 	}
 	cr, err := g.store.Claim(ctx, p)

@@ -81,7 +81,8 @@ func (l *localClaims) drop(c *claim) {
 // check decides a claim for key locally when this process holds it with the
 // same fingerprint (another fingerprint goes to the store, which answers
 // Conflict). decided=false means ask the store.
-func (l *localClaims) check(ctx context.Context, key string, fp Fingerprint) (res Result, err error, decided bool) {
+func (g *Guard) checkLocal(ctx context.Context, key string, fp Fingerprint) (res Result, err error, decided bool) {
+	l := &g.local
 	v, ok := l.m.Load(key)
 	if !ok {
 		return Result{}, nil, false
@@ -101,7 +102,12 @@ func (l *localClaims) check(ctx context.Context, key string, fp Fingerprint) (re
 	// The outcome waits to be recorded: this retry tries first, so that
 	// the store's next answer is the recorded outcome (a replay, or
 	// Unknown), never a second run.
-	if err := h.write(ctx); err != nil && !errors.Is(err, store.ErrFenced) {
+	switch err := h.write(ctx); {
+	case err == nil:
+		g.cfg.Logger.InfoContext(ctx, "idem: outcome recorded after the store recovered (by a retry)")
+	case errors.Is(err, store.ErrFenced):
+		g.cfg.Logger.WarnContext(ctx, "idem: outcome not recorded by a retry: it landed earlier, or the key was taken over meanwhile")
+	default:
 		return Result{Outcome: Unavailable}, fmt.Errorf("%w: %w: recording the first attempt's outcome: %w", ErrUnavailable, ErrRecording, err), true
 	}
 	h.settle()
