@@ -22,6 +22,7 @@ const (
 // it ran and its outcome waits to be recorded (write != nil).
 type held struct {
 	fingerprint Fingerprint
+	fence       store.Fence
 
 	mu    sync.Mutex
 	until time.Time                       // the lease's end as last seen, on this process's clock
@@ -58,7 +59,7 @@ type localClaims struct {
 
 // hold registers a granted claim whose lease has left to run.
 func (l *localClaims) hold(c *claim, fp Fingerprint, left time.Duration) {
-	c.held = &held{fingerprint: fp, until: time.Now().Add(left)}
+	c.held = &held{fingerprint: fp, fence: c.fence, until: time.Now().Add(left)}
 	l.m.Store(c.fence.Key, c.held)
 }
 
@@ -92,12 +93,22 @@ func (g *Guard) checkLocal(ctx context.Context, key string, fp Fingerprint) (res
 		return Result{}, nil, false
 	}
 	h.mu.Lock()
+	running, until := h.write == nil && !h.done, h.until
+	h.mu.Unlock()
+	if running {
+		// The operation runs here, or has just finished and is being
+		// settled. The record says which; if the store cannot say, this
+		// process knows the key is held, whatever the lease.
+		rec, err := g.store.Get(ctx, key)
+		if err == nil && (rec.State != store.StateProcessing || rec.Epoch != h.fence.Epoch || rec.Owner != h.fence.Owner) {
+			return Result{}, nil, false // settled meanwhile: the store answers
+		}
+		return Result{Outcome: InFlight, RetryAfter: max(time.Until(until), 0)}, ErrInFlight, true
+	}
+	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch {
-	case h.done:
+	if h.done {
 		return Result{}, nil, false
-	case h.write == nil:
-		return Result{Outcome: InFlight, RetryAfter: max(time.Until(h.until), 0)}, ErrInFlight, true
 	}
 	// The outcome waits to be recorded: this retry tries first, so that
 	// the store's next answer is the recorded outcome (a replay, or

@@ -119,7 +119,7 @@ func TestRetryRecordsPendingOutcomeFirst(t *testing.T) {
 
 // While the operation runs and the store is down (its heartbeat cannot
 // extend the lease), a duplicate in the same process is told InFlight
-// without the store: the process knows it holds the key.
+// without a claim: the process knows it holds the key.
 func TestDuplicateInProcessIsInFlightWithoutStore(t *testing.T) {
 	t.Parallel()
 	o := newOutage()
