@@ -10,7 +10,8 @@
 // and is never stored: other methods, requests without a key (unless
 // RequireKey), and requests without a principal. The principal is the
 // SHA-256 of the Authorization header (its scheme's case ignored, so
-// "bearer x" and "Bearer x" are one caller), or the value of a header that
+// "bearer x" and "Bearer x" are one caller; a scheme without credentials,
+// such as a bare "Bearer", names no caller), or the value of a header that
 // a trusted gateway sets (Config.PrincipalHeader). That header is a
 // singleton: sent twice with one value it counts once; with different
 // values the request is refused (400 header-repeated), whatever its method.

@@ -29,19 +29,20 @@ var errRepeated = errors.New("proxy: principal header repeated with different va
 // the spaces after it one separator, so the value hashed is "Scheme
 // credentials": the scheme in its common spelling (Bearer, Basic), which
 // keeps the keys stored before this folding with their callers, and the
-// credentials as sent. A request without a non-empty Authorization has no
-// principal.
+// credentials as sent. A value without credentials after its scheme (a
+// lone word, such as "Bearer" with nothing after it) names no caller: the
+// callers who send it would share one principal, and each other's stored
+// answers. A request without credentials has no principal.
 func authorizationHeader() principalHeader {
 	return principalHeader{name: "Authorization", principal: func(v string) (string, bool) {
 		scheme, creds := v, ""
 		if i := strings.IndexAny(v, " \t"); i >= 0 {
 			scheme, creds = v[:i], strings.TrimLeft(v[i:], " \t")
 		}
-		v = titleASCII(scheme)
-		if creds != "" {
-			v += " " + creds
+		if creds == "" {
+			return "", false
 		}
-		return hashed("authorization-sha256:", v), true
+		return hashed("authorization-sha256:", titleASCII(scheme)+" "+creds), true
 	}}
 }
 

@@ -69,3 +69,22 @@ func TestAuthorizationScheme(t *testing.T) {
 		t.Fatalf("principal %q, want %q", got, want)
 	}
 }
+
+// TestAuthorizationWithoutCredentials: an Authorization with a scheme and
+// nothing after it names no caller (callers would share one principal): the
+// request passes through unguarded and nothing is stored, as without
+// Authorization.
+func TestAuthorizationWithoutCredentials(t *testing.T) {
+	t.Parallel()
+	f, up, st, _ := setup(t, "Memory", nil)
+	for _, auth := range []string{"Bearer ", "Bearer", "basic  "} {
+		for range 2 {
+			if r := f.send(t, req{key: "n-1", body: "x", auth: auth}).expect(t, http.StatusCreated, ""); r.replayed() {
+				t.Fatalf("%q: replayed", auth)
+			}
+		}
+	}
+	if n, recs := up.calls.Load(), st.(*memstore.Store).Len(); n != 6 || recs != 0 {
+		t.Fatalf("%d upstream calls, %d records; want 6, 0", n, recs)
+	}
+}
