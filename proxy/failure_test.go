@@ -90,7 +90,9 @@ func TestAnswerLost(t *testing.T) {
 			t.Parallel()
 			const lease = 10 * time.Second
 			f, up, _, clock := setup(t, "Memory", func(c *Config) {
-				c.Lease = lease
+				// The hold after a lost answer is its own setting; here it
+				// is the lease, and the upstream timeout no longer.
+				c.Lease, c.UnknownHold, c.UpstreamTimeout = lease, lease, lease
 				if tc.tweak != nil {
 					tc.tweak(c)
 				}

@@ -203,6 +203,11 @@ func (f *forwarder) modifyResponse(res *http.Response) error {
 		res.Body = watched
 		return nil
 	}
+	if res.ProtoMajor == 1 && res.ContentLength < 0 && len(res.TransferEncoding) == 0 {
+		// The body ends where the upstream closes the connection: whole or
+		// cut, it reads the same. Deliver it, never store it.
+		httpidem.MarkNotStored(ex.in)
+	}
 	ex.buf = f.getBuffer()
 	n, err := ex.buf.ReadFrom(io.LimitReader(res.Body, f.maxResponse+1))
 	if err != nil {

@@ -58,14 +58,14 @@ func TestClose(t *testing.T) {
 }
 
 // TestRealLease runs the lost-answer cycle on SQLite's own clock with a
-// short lease: 409 outcome-unknown until the lease ends, then the same key
-// is forwarded again.
+// short hold: 409 outcome-unknown until it ends, then the same key is
+// forwarded again.
 func TestRealLease(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second
 	up := newUpstream(t)
 	st := openStores(t, "SQLite", 1, nil)[0]
-	f := newFront(t, Config{Upstream: up.url, Store: st, Lease: lease})
+	f := newFront(t, Config{Upstream: up.url, Store: st, Lease: lease, UnknownHold: lease, UpstreamTimeout: lease})
 	up.setHandler(hangUp)
 	q := req{key: "real-1", body: "x"}
 	start := time.Now()

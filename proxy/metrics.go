@@ -25,10 +25,16 @@ type metrics struct {
 	upstreamLatency prometheus.Histogram
 	upstreamErrors  *prometheus.CounterVec
 	inFlight        prometheus.Gauge
+	// recording and buffered read the guard and the middleware; New sets
+	// them before the proxy serves.
+	recording func() int
+	buffered  func() int64
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		recording: func() int { return 0 },
+		buffered:  func() int64 { return 0 },
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_proxy_requests_total",
 			Help: "Requests that took part in idempotency (unsafe method, principal, key), by outcome: executed, replayed, in_flight, unknown, conflict, unavailable, ...; passed-through requests count as passthrough.",
@@ -50,7 +56,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// Both kinds exist from the start, so that rate() sees a zero first.
 	m.upstreamErrors.WithLabelValues(kindUnreachable)
 	m.upstreamErrors.WithLabelValues(kindUnknown)
-	if err := promreg.Register(reg, "proxy", "Proxy", m.requests, m.upstreamLatency, m.upstreamErrors, m.inFlight); err != nil {
+	recording := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "idem_proxy_recording_answers",
+		Help: "Upstream answers the store did not take when they came, still being recorded (their keys stay held).",
+	}, func() float64 { return float64(m.recording()) })
+	buffered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "idem_proxy_buffered_body_bytes",
+		Help: "Bytes of request and response bodies held in memory beyond each one's allowance (the memory budget's use).",
+	}, func() float64 { return float64(m.buffered()) })
+	if err := promreg.Register(reg, "proxy", "Proxy", m.requests, m.upstreamLatency, m.upstreamErrors, m.inFlight, recording, buffered); err != nil {
 		return nil, err
 	}
 	return m, nil

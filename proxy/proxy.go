@@ -22,6 +22,8 @@ import (
 const (
 	DefaultUpstreamTimeout = 30 * time.Second
 	MaxUpstreamTimeout     = 24 * time.Hour
+	// DefaultUnknownHold is the least default of Config.UnknownHold.
+	DefaultUnknownHold = 10 * time.Minute
 )
 
 // Config configures a Proxy. Upstream and Store are required; the zero
@@ -83,6 +85,33 @@ type Config struct {
 	// DefaultUpstreamTimeout (30s).
 	UpstreamTimeout time.Duration
 
+	// UnknownHold is how long a key whose upstream answer was lost (a
+	// timeout or reset after the request was sent) stays held: retries get
+	// 409 outcome-unknown until it ends, then the next is forwarded again.
+	// An upstream may go on working after the proxy gave up on it, so this
+	// is what "at most once" rests on: a request is forwarded at most once
+	// per key as long as the upstream finishes (or abandons) each request
+	// within UnknownHold of receiving it. At least UpstreamTimeout.
+	// Defaults to DefaultUnknownHold (10 min) or twice UpstreamTimeout,
+	// whichever is longer.
+	UnknownHold time.Duration
+
+	// RecordTimeout is how long the proxy keeps trying to record an
+	// upstream answer that the store did not take (it failed while the
+	// upstream acted); meanwhile the key stays held and its retries are
+	// refused, and once the store answers they get the replay. Defaults to
+	// key.DefaultRecordTimeout (1h), or Retention if shorter.
+	RecordTimeout time.Duration
+
+	// BodyTimeout bounds reading a participating request's body (408
+	// body-timeout after it). Defaults to httpidem's default (30s).
+	BodyTimeout time.Duration
+
+	// MemoryBudget bounds the request and response bodies buffered at once
+	// (503 server-busy for a request body that does not fit). Defaults to
+	// httpidem's default (32 MiB, or MaxBody + MaxResponse if larger).
+	MemoryBudget int64
+
 	// Transport sends requests upstream. It must honour
 	// net/http/httptrace (http.Transport does): the proxy learns from
 	// WroteRequest whether a failed request reached the upstream. Defaults
@@ -111,6 +140,9 @@ func (c *Config) withDefaults() Config {
 	if out.UpstreamTimeout == 0 {
 		out.UpstreamTimeout = DefaultUpstreamTimeout
 	}
+	if out.UnknownHold == 0 {
+		out.UnknownHold = max(DefaultUnknownHold, 2*out.UpstreamTimeout)
+	}
 	if out.MaxResponse == 0 {
 		out.MaxResponse = httpidem.DefaultMaxResponse
 	}
@@ -138,6 +170,8 @@ func (c *Config) validate() error {
 		return errors.New("proxy: Config.Store is required")
 	case c.UpstreamTimeout < 0 || c.UpstreamTimeout > MaxUpstreamTimeout:
 		return fmt.Errorf("proxy: Config.UpstreamTimeout %v out of range (0, %v]", c.UpstreamTimeout, MaxUpstreamTimeout)
+	case c.UnknownHold < c.UpstreamTimeout:
+		return fmt.Errorf("proxy: Config.UnknownHold %v is shorter than UpstreamTimeout %v: a retry could be forwarded while the first attempt still runs", c.UnknownHold, c.UpstreamTimeout)
 	}
 	return nil
 }
@@ -147,6 +181,7 @@ func (c *Config) validate() error {
 type Proxy struct {
 	handler   http.Handler
 	store     store.Store
+	guard     *key.Guard
 	transport http.RoundTripper
 	metrics   *metrics
 	base      string
@@ -171,7 +206,9 @@ func New(cfg *Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := key.New(c.Store, &key.Config{Lease: c.Lease, Retention: c.Retention, Logger: c.Logger})
+	g, err := key.New(c.Store, &key.Config{
+		Lease: c.Lease, Retention: c.Retention, UnknownHold: c.UnknownHold, RecordTimeout: c.RecordTimeout, Logger: c.Logger,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
@@ -185,6 +222,8 @@ func New(cfg *Config) (*Proxy, error) {
 		RequireKey:         c.RequireKey,
 		MaxBody:            c.MaxBody,
 		MaxResponse:        c.MaxResponse,
+		BodyTimeout:        c.BodyTimeout,
+		MemoryBudget:       c.MemoryBudget,
 		SignificantHeaders: c.SignificantHeaders,
 		ProblemBase:        c.ProblemBase,
 		OnOutcome: func(_ *http.Request, o httpidem.Outcome) {
@@ -195,7 +234,8 @@ func New(cfg *Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	p := &Proxy{store: c.Store, transport: c.Transport, metrics: m, base: c.ProblemBase, principal: principal}
+	m.recording, m.buffered = g.Recording, mw.InUse
+	p := &Proxy{store: c.Store, guard: g, transport: c.Transport, metrics: m, base: c.ProblemBase, principal: principal}
 	p.stop, p.stopCall = context.WithCancel(context.Background())
 	f := newForwarder(&c, m, p.stop, participation(c.Methods, principal.get))
 	p.handler = mw.Wrap(f)
@@ -259,9 +299,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Close aborts the upstream calls still running, refuses new requests
 // with 503, and returns when every request being served has returned.
 // An aborted call that had reached the upstream has an unknown outcome:
-// its key answers 409 outcome-unknown until its lease ends. Call it after
-// http.Server.Shutdown has given in-flight requests their chance to finish.
-// It closes the transport's idle connections, not the store.
+// its key answers 409 outcome-unknown for UnknownHold. Call it after
+// http.Server.Shutdown has given in-flight requests their chance to finish,
+// then Drain. It closes the transport's idle connections, not the store.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
@@ -273,6 +313,13 @@ func (p *Proxy) Close() error {
 	}
 	return nil
 }
+
+// Drain waits, until ctx ends, for the upstream answers the proxy is still
+// trying to record because the store failed when they came (see
+// Config.RecordTimeout). Call it after Close and before closing the store:
+// an answer not yet recorded when the process exits is lost, and a retry
+// after the lease may then reach the upstream again.
+func (p *Proxy) Drain(ctx context.Context) error { return p.guard.Drain(ctx) }
 
 // dotSegment reports whether path (decoded: %2E is a dot, %2F a slash)
 // has a "." or ".." segment. Its request is refused, not normalised: the

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/proxy"
 )
@@ -39,6 +40,10 @@ type proxyFlags struct {
 	maxResponse        byteSize
 	significantHeaders []string
 	upstreamTimeout    time.Duration
+	unknownHold        time.Duration
+	recordTimeout      time.Duration
+	bodyTimeout        time.Duration
+	memoryBudget       byteSize
 	admin              string
 	shutdownTimeout    time.Duration
 	migrate            bool
@@ -63,9 +68,12 @@ dedups too.
 
 A request that never reached the upstream (connection refused) gets 502 and
 may be retried at once. One whose answer was lost after it was sent (timeout,
-reset) gets 504 or 502 upstream-outcome-unknown: it may have taken effect, so
-retries get 409 outcome-unknown until the lease ends, then the next retry is
-forwarded again with the same key.
+reset) gets 504 or 502 upstream-outcome-unknown: it may have taken effect, and
+the upstream may still be working on it, so retries get 409 outcome-unknown for
+--unknown-hold (10m), then the next retry is forwarded again with the same key.
+If the store fails while the upstream acts, the client gets 503 and the proxy
+keeps the key held and records the answer once the store is back: the retry
+gets the replay.
 
 Several proxies may share one PostgreSQL schema, SQLite file or Redis. SQLite
 and PostgreSQL need ` + "`idem migrate`" + ` first (or --migrate). SIGTERM or SIGINT stops
@@ -93,11 +101,15 @@ IDEM_MAX_BODY.`,
 	fl.StringSliceVar(&f.methods, "methods", []string{"POST", "PATCH"}, "methods that take part; others pass through")
 	fl.BoolVar(&f.requireKey, "require-key", false, "answer 400 to a participating request without Idempotency-Key")
 	fl.DurationVar(&f.retention, "retention", key.DefaultRetention, "how long a completed key replays its response")
-	fl.DurationVar(&f.lease, "lease", key.DefaultLease, "how long a claim holds a key (extended while the upstream works); how long a lost answer blocks retries")
+	fl.DurationVar(&f.lease, "lease", key.DefaultLease, "how long a claim holds a key without a heartbeat (extended while the upstream works)")
 	fl.Var(&f.maxBody, "max-body", "largest request body, e.g. 1MiB, 512KiB, 1048576 (413 beyond it)")
 	fl.Var(&f.maxResponse, "max-response", "largest response body stored for replay; larger ones are delivered once and not replayed")
 	fl.StringSliceVar(&f.significantHeaders, "significant-headers", nil, "request headers that are part of the fingerprint, comma-separated")
 	fl.DurationVar(&f.upstreamTimeout, "upstream-timeout", proxy.DefaultUpstreamTimeout, "bound on one upstream exchange")
+	fl.DurationVar(&f.unknownHold, "unknown-hold", 0, "how long a key whose upstream answer was lost answers 409 outcome-unknown before a retry is forwarded again; the upstream must finish any request within it (default 10m, or twice --upstream-timeout if longer)")
+	fl.DurationVar(&f.recordTimeout, "record-timeout", key.DefaultRecordTimeout, "how long to keep trying to record an upstream answer the store did not take (its key stays held meanwhile)")
+	fl.DurationVar(&f.bodyTimeout, "body-timeout", httpidem.DefaultBodyTimeout, "bound on reading a keyed request's body (408 after it)")
+	fl.Var(&f.memoryBudget, "memory-budget", "request and response bodies held in memory at once, beyond 16KiB each (503 server-busy beyond it) (default 32MiB, or --max-body plus --max-response if larger)")
 	fl.StringVar(&f.admin, "admin", "", "address of a separate listener serving /metrics, /healthz and /readyz (default: none)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	fl.BoolVar(&f.migrate, "migrate", false, "apply the store's pending migrations (SQLite, PostgreSQL) before starting")
@@ -132,7 +144,8 @@ func (f *proxyFlags) check() (*url.URL, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"retention", f.retention}, {"lease", f.lease}, {"upstream-timeout", f.upstreamTimeout}, {"shutdown-timeout", f.shutdownTimeout}} {
+	}{{"retention", f.retention}, {"lease", f.lease}, {"upstream-timeout", f.upstreamTimeout}, {"shutdown-timeout", f.shutdownTimeout},
+		{"record-timeout", f.recordTimeout}, {"body-timeout", f.bodyTimeout}} {
 		if d.v <= 0 {
 			return nil, usageError{fmt.Errorf("--%s %v: must be positive", d.name, d.v)}
 		}
@@ -142,6 +155,15 @@ func (f *proxyFlags) check() (*url.URL, error) {
 	}
 	if f.maxBody <= 0 || f.maxResponse <= 0 {
 		return nil, usageError{errors.New("--max-body and --max-response must be positive")}
+	}
+	if f.unknownHold < 0 {
+		return nil, usageError{fmt.Errorf("--unknown-hold %v: must be positive", f.unknownHold)}
+	}
+	if f.recordTimeout > f.retention {
+		f.recordTimeout = f.retention // an answer is never kept past its key
+	}
+	if f.memoryBudget != 0 && f.memoryBudget < f.maxBody {
+		return nil, usageError{fmt.Errorf("--memory-budget %v is smaller than --max-body %v", f.memoryBudget.String(), f.maxBody.String())}
 	}
 	return u, nil
 }
@@ -178,6 +200,10 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 		MaxResponse:        int64(f.maxResponse),
 		SignificantHeaders: f.significantHeaders,
 		UpstreamTimeout:    f.upstreamTimeout,
+		UnknownHold:        f.unknownHold,
+		RecordTimeout:      f.recordTimeout,
+		BodyTimeout:        f.bodyTimeout,
+		MemoryBudget:       int64(f.memoryBudget),
 		Registerer:         reg,
 		Logger:             logger,
 	})
@@ -212,6 +238,8 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 		"principal", principal, "methods", strings.Join(f.methods, ","), "require_key", f.requireKey,
 		"retention", f.retention, "lease", f.lease, "max_body", f.maxBody.String(), "max_response", f.maxResponse.String(),
 		"significant_headers", strings.Join(f.significantHeaders, ","), "upstream_timeout", f.upstreamTimeout,
+		"unknown_hold", f.unknownHold, "record_timeout", f.recordTimeout, "body_timeout", f.bodyTimeout,
+		"memory_budget", max(int64(f.memoryBudget), httpidem.DefaultMemoryBudget, int64(f.maxBody+f.maxResponse)),
 	}
 	if adminLn != nil {
 		attrs = append(attrs, "admin", adminLn.Addr().String())
@@ -274,6 +302,13 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 	// Ends upstream calls still running (only after a timed-out Shutdown)
 	// and waits for their handlers, so that the store outlives them.
 	p.Close()
+	// Answers the store did not take while it failed are still being
+	// recorded: give them the shutdown timeout before the store closes.
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
+	if err := p.Drain(dctx); err != nil {
+		logger.Error("exiting with upstream answers not recorded: their keys free when their leases end, and a retry may reach the upstream again", "err", err)
+	}
+	dcancel()
 	srv.Close()
 	if adminSrv != nil {
 		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
