@@ -8,9 +8,8 @@ import (
 	"github.com/idemhq/idem/store/memstore"
 )
 
-// Every malformed request of HTTP.md's table and TESTING.md's key and body
-// lists gets its status and problem type from the proxy, leaves no record
-// behind, and is never forwarded upstream.
+// Every malformed key and oversized body gets its status and problem type
+// from the proxy, leaves no record behind, and is never forwarded upstream.
 func TestBadInputNeverForwarded(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {

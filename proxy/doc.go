@@ -1,5 +1,5 @@
-// Package proxy puts the Idempotency-Key contract (HTTP.md) in front of any
-// HTTP API: it is what `idem proxy --upstream URL` serves.
+// Package proxy puts the Idempotency-Key contract of package httpidem in
+// front of any HTTP API: it is what `idem proxy --upstream URL` serves.
 //
 // A Proxy is an http.Handler: the httpidem middleware over a key.Guard on
 // the configured store, in front of an httputil.ReverseProxy to the
@@ -8,13 +8,26 @@
 // key) while its key is retained; retries get the first response again
 // with Idempotent-Replayed: true. Everything else passes through untouched
 // and is never stored: other methods, requests without a key (unless
-// RequireKey), and requests without a principal. The principal is the
-// SHA-256 of the Authorization header (its scheme's case ignored, so
-// "bearer x" and "Bearer x" are one caller; a scheme without credentials,
-// such as a bare "Bearer", names no caller), or the value of a header that
-// a trusted gateway sets (Config.PrincipalHeader). That header is a
-// singleton: sent twice with one value it counts once; with different
-// values the request is refused (400 header-repeated), whatever its method.
+// RequireKey), and requests without a caller.
+//
+// # Callers
+//
+// Keys belong to a caller, the principal. By default it is a hash
+// (SHA-256) of the Authorization value, its scheme's case folded and the
+// spaces after the scheme taken as one ("bearer  x" and "Bearer x" are one
+// caller), its credentials as sent. A caller is therefore a credential,
+// not an identity: a retry sent after an OAuth token refresh carries new
+// credentials, so it is a new caller and its key starts afresh (the
+// upstream runs it again). To avoid that, have a trusted gateway in front
+// set a stable caller id (a user or tenant) in a header, and name that
+// header in Config.PrincipalHeader (`idem proxy --principal-header`). A
+// request without credentials (no Authorization, or a scheme with nothing
+// after it, such as a bare "Bearer") has no caller: it passes through
+// unguarded, and nothing is stored.
+//
+// The caller's header is a singleton: sent twice with one value it counts
+// once; with different values the request is refused (400
+// header-repeated), whatever its method.
 //
 // # Forwarding
 //
@@ -64,9 +77,9 @@
 //     marked unknown: retries get 409 outcome-unknown with Retry-After
 //     until the lease ends, and the first retry after it is forwarded again
 //     with the same key.
-//   - The upstream answered with a status HTTP.md does not store (5xx, 3xx,
-//     408, 409, 425, 429): its answer is delivered, not stored, and the
-//     claim released, so a retry is forwarded again.
+//   - The upstream answered with a status the middleware does not store
+//     (5xx, 408, 409, 425, 429): its answer is delivered, not stored, and
+//     the claim released, so a retry is forwarded again.
 //
 // Three details keep these promises:
 //
@@ -107,9 +120,10 @@
 // (application/problem+json; type is Config.ProblemBase and the slug):
 //
 //	slug                       status    when
-//	request-framing-ambiguous  400       both Content-Length and Transfer-Encoding; the connection is closed
+//	request-framing-ambiguous  400       both Content-Length and Transfer-Encoding on the connection, or
+//	                                     framing a Listener cannot follow; the connection is closed
 //	path-invalid               400       a "." or ".." path segment
-//	header-repeated            400       the principal header sent twice with different values
+//	header-repeated            400       the caller's header sent twice with different values
 //	proxy-closed               503       Close was called
 //	upstream-unreachable       502       the request never reached the upstream
 //	upstream-outcome-unknown   502, 504  the request reached the upstream and its answer was lost

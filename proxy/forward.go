@@ -21,7 +21,8 @@ import (
 // errClosed ends the upstream calls still running when the proxy closes.
 var errClosed = errors.New("proxy: closed while waiting for the upstream")
 
-// Problem slugs the proxy adds to HTTP.md's table.
+// Problem slugs of upstream failures (the package doc lists all of the
+// proxy's own).
 const (
 	// slugUnreachable: the request never reached the upstream; nothing
 	// happened there and the key was released (502).

@@ -42,8 +42,9 @@ type Config struct {
 	// PrincipalHeader names a header, set by a trusted gateway in front of
 	// the proxy, whose value is the caller's identity. Requests without it
 	// pass through untouched and are never stored. Defaults to "": the
-	// principal is the SHA-256 of the Authorization header, and requests
-	// without one pass through.
+	// principal is a hash of the Authorization value (its scheme's case
+	// folded), so a retry after a token refresh is a new caller (see the
+	// package doc), and requests without credentials pass through.
 	PrincipalHeader string
 
 	// Methods take part in idempotency; others pass through. Defaults to

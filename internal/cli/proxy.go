@@ -61,10 +61,13 @@ func newProxyCmd() *cobra.Command {
 PATCH with an Idempotency-Key runs upstream at most once per caller and key,
 and its retries get the first answer again, with Idempotent-Replayed: true.
 
-The caller is the SHA-256 of the Authorization header, or the value of
---principal-header; requests without one pass through untouched, as do GET and
-other methods. The key is forwarded unchanged, so an idempotent upstream
-dedups too.
+The caller is, by default, a hash of the Authorization value (its scheme's case
+folded): a caller is a credential, so a retry sent after an OAuth token refresh
+is a new caller and its key starts afresh. To avoid that, put a gateway in
+front that sets a stable caller id in a header, and name that header with
+--principal-header. Requests without a caller (no credentials) pass through
+untouched, as do GET and other methods. The key is forwarded unchanged, so an
+idempotent upstream dedups too.
 
 A request that never reached the upstream (connection refused) gets 502 and
 may be retried at once. One whose answer was lost after it was sent (timeout,
@@ -97,7 +100,7 @@ IDEM_MAX_BODY.`,
 	fl.StringVar(&f.upstream, "upstream", "", "base URL of the API to protect, http:// or https:// (required)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8081", "address to serve the proxy on")
 	fl.StringVar(&f.store, "store", "sqlite:idem.db", "where keys live: sqlite:PATH, postgres://..., redis://... or memory:")
-	fl.StringVar(&f.principalHeader, "principal-header", "", "header naming the caller, set by a trusted gateway (default: SHA-256 of Authorization)")
+	fl.StringVar(&f.principalHeader, "principal-header", "", "header with a stable caller id set by a trusted gateway (default: a hash of the Authorization value, so a refreshed token is a new caller)")
 	fl.StringSliceVar(&f.methods, "methods", []string{"POST", "PATCH"}, "methods that take part; others pass through")
 	fl.BoolVar(&f.requireKey, "require-key", false, "answer 400 to a participating request without Idempotency-Key")
 	fl.DurationVar(&f.retention, "retention", key.DefaultRetention, "how long a completed key replays its response")
