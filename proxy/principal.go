@@ -29,21 +29,44 @@ var errRepeated = errors.New("proxy: principal header repeated with different va
 // the spaces after it one separator, so the value hashed is "Scheme
 // credentials": the scheme in its common spelling (Bearer, Basic), which
 // keeps the keys stored before this folding with their callers, and the
-// credentials as sent. A value without credentials after its scheme (a
-// lone word, such as "Bearer" with nothing after it) names no caller: the
-// callers who send it would share one principal, and each other's stored
-// answers. A request without credentials has no principal.
+// credentials as sent. A known scheme without credentials after it
+// ("Bearer" with nothing after it) names no caller: the callers who send it
+// would share one principal, and each other's stored answers. Any other
+// lone word is a credential sent without a scheme (a raw API key, as some
+// APIs take it) and names its caller as it is. A request without
+// credentials has no principal.
 func authorizationHeader() principalHeader {
 	return principalHeader{name: "Authorization", principal: func(v string) (string, bool) {
 		scheme, creds := v, ""
 		if i := strings.IndexAny(v, " \t"); i >= 0 {
 			scheme, creds = v[:i], strings.TrimLeft(v[i:], " \t")
 		}
-		if creds == "" {
+		switch {
+		case creds != "":
+			return hashed("authorization-sha256:", titleASCII(scheme)+" "+creds), true
+		case knownScheme(scheme):
 			return "", false
 		}
-		return hashed("authorization-sha256:", titleASCII(scheme)+" "+creds), true
+		return hashed("authorization-sha256:", v), true
 	}}
+}
+
+// knownSchemes are the HTTP authentication schemes in IANA's registry, and
+// a few common unregistered ones, lower-cased: a lone one of them is a
+// scheme without credentials, not a credential.
+var knownSchemes = []string{
+	"basic", "bearer", "concealed", "digest", "dpop", "gnap", "hoba", "mutual", "negotiate", "oauth",
+	"privatetoken", "scram-sha-1", "scram-sha-256", "vapid",
+	"ntlm", "token", "apikey", "api-key", "aws4-hmac-sha256", "kerberos",
+}
+
+func knownScheme(s string) bool {
+	for _, k := range knownSchemes {
+		if strings.EqualFold(s, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // titleASCII returns s with its first byte upper-case and the others

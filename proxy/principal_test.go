@@ -87,4 +87,11 @@ func TestAuthorizationWithoutCredentials(t *testing.T) {
 	if n, recs := up.calls.Load(), st.(*memstore.Store).Len(); n != 6 || recs != 0 {
 		t.Fatalf("%d upstream calls, %d records; want 6, 0", n, recs)
 	}
+	// A lone word that is no scheme is a credential sent bare (a raw API
+	// key): it names its caller, and its retry replays.
+	first := f.send(t, req{key: "raw-1", body: "x", auth: "sk_live_4eC39HqLyjWDarjtT1zdp7dc"}).expect(t, http.StatusCreated, "")
+	again := f.send(t, req{key: "raw-1", body: "x", auth: "sk_live_4eC39HqLyjWDarjtT1zdp7dc"}).expect(t, http.StatusCreated, "")
+	if !again.replayed() || !sameReply(first, again) || up.calls.Load() != 7 {
+		t.Fatalf("raw API key: replayed=%v, %d upstream calls; want the replay and 7", again.replayed(), up.calls.Load())
+	}
 }
