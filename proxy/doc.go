@@ -23,7 +23,8 @@
 // header in Config.PrincipalHeader (`idem proxy --principal-header`). A
 // request without credentials (no Authorization, or a scheme with nothing
 // after it, such as a bare "Bearer") has no caller: it passes through
-// unguarded, and nothing is stored.
+// unguarded, and nothing is stored. A lone word that is no known scheme is
+// a credential sent bare (a raw API key) and names its caller.
 //
 // The caller's header is a singleton: sent twice with one value it counts
 // once; with different values the request is refused (400
@@ -73,10 +74,26 @@
 //     once.
 //   - Sent, answer lost (timeout after the request was written, connection
 //     reset, a response cut before its end): 504 (timeout) or 502
-//     upstream-outcome-unknown. The upstream may have acted, so the key is
-//     marked unknown: retries get 409 outcome-unknown with Retry-After
-//     until the lease ends, and the first retry after it is forwarded again
-//     with the same key.
+//     upstream-outcome-unknown. The upstream may have acted, and may still
+//     be working on it after the proxy gave up, so the key is marked unknown
+//     and held for Config.UnknownHold (10 min by default, never shorter than
+//     UpstreamTimeout): retries get 409 outcome-unknown with Retry-After
+//     until it ends, and the first retry after it is forwarded again with
+//     the same key. What is promised, exactly: a keyed request reaches the
+//     upstream at most once per key as long as the upstream finishes (or
+//     abandons) every request within UnknownHold of receiving it; an
+//     upstream slower than that may meet the retry while it still works.
+//   - The upstream answered, but the store failed meanwhile and could not
+//     record the answer: the client gets 503 store-unavailable, not the
+//     answer (no replay could back it yet). The proxy keeps the key held
+//     (retries to it get 503, to other proxies 409 while the lease lasts)
+//     and keeps recording the answer, backing off up to a second, for
+//     Config.RecordTimeout; the first write the recovered store takes is the
+//     completion, and every retry then gets the replay. An outage longer
+//     than the lease can let another proxy's retry reach the recovered store
+//     first; a proxy that dies holding an unrecorded answer loses it. In both
+//     cases only a downstream key (the forwarded Idempotency-Key) stops the
+//     second effect.
 //   - The upstream answered with a status the middleware does not store
 //     (5xx, 408, 409, 425, 429): its answer is delivered, not stored, and
 //     the claim released, so a retry is forwarded again.
@@ -98,6 +115,21 @@
 //     its client goes away: its answer is stored and the client's retry
 //     replays it, instead of meeting 409 until the lease ends. It ends at
 //     Config.UpstreamTimeout, or at Close.
+//   - An HTTP/1 response without Content-Length or chunked encoding ends
+//     where the upstream closes the connection, and reads the same whole or
+//     cut: it is delivered, and its key completed with the "not stored"
+//     marker (retries get 409 response-not-stored), never replayed.
+//
+// # Hostile clients
+//
+// A keyed request's body must arrive within Config.BodyTimeout (30 s;
+// then 408 body-timeout and the connection closed), and the bodies held in
+// memory at once share Config.MemoryBudget (32 MiB, beyond 16 KiB each; a
+// body that does not fit gets 503 server-busy + Retry-After before anything
+// is claimed or forwarded). 300 clients that declare 1 MiB bodies and stall
+// before the last byte leave the proxy under 128 MiB resident
+// (internal/hostile). A participating method in another case ("post") is
+// refused, as many upstreams would run it as POST.
 //
 // # Sharing
 //
@@ -110,9 +142,10 @@
 // # Closing
 //
 // Close (after http.Server.Shutdown let in-flight requests finish) aborts
-// the upstream calls still running, whose keys then stay unknown until
-// their leases end, ends the tunnels, and answers later requests 503
-// proxy-closed.
+// the upstream calls still running, whose keys then stay unknown for
+// UnknownHold, ends the tunnels, and answers later requests 503
+// proxy-closed. Drain then waits for answers still being recorded; call it
+// before closing the store.
 //
 // # Problems
 //
@@ -133,5 +166,7 @@
 // With Config.Registerer set: idem_proxy_requests_total{outcome} (one per
 // participating request, the httpidem outcome), idem_proxy_upstream_duration_seconds
 // (time to the response headers), idem_proxy_upstream_errors_total{kind}
-// (unreachable, unknown) and idem_proxy_in_flight_requests.
+// (unreachable, unknown), idem_proxy_in_flight_requests,
+// idem_proxy_recording_answers (answers the store did not take yet) and
+// idem_proxy_buffered_body_bytes (the memory budget's use).
 package proxy
