@@ -312,6 +312,12 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 		logger.Error("exiting with upstream answers not recorded: their keys free when their leases end, and a retry may reach the upstream again", "err", err)
 	}
 	dcancel()
+	// The aborted requests' answers (502, 504) were written when their
+	// handlers returned; let the server flush them before it closes the
+	// connections, or their clients see a reset instead.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	_ = srv.Shutdown(fctx)
+	fcancel()
 	srv.Close()
 	if adminSrv != nil {
 		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
