@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"io"
 	"net/http"
@@ -154,5 +156,64 @@ func TestCloseDelimitedBodyNotStored(t *testing.T) {
 	f.send(t, req{key: "k", body: "x"}).expect(t, http.StatusConflict, httpidem.SlugResponseNotStored)
 	if n := up.calls.Load(); n != 1 {
 		t.Fatalf("upstream acted %d times", n)
+	}
+}
+
+// A keyed "post" would pass unguarded, and many upstreams run it as POST:
+// the proxy refuses it before the upstream sees it.
+func TestMethodInAnotherCaseRefused(t *testing.T) {
+	t.Parallel()
+	f, up, _, _ := setup(t, "Memory", nil)
+	for range 2 {
+		f.send(t, req{method: "post", key: "k", body: "x"}).expect(t, http.StatusBadRequest, httpidem.SlugMethodInvalid)
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Fatalf("upstream called %d times", n)
+	}
+}
+
+// ?item=a&item=b and ?item=b&item=a are different requests to an upstream
+// that reads the values as a list: the same key with the other order is
+// refused (422), not replayed.
+func TestQueryValueOrderIsContent(t *testing.T) {
+	t.Parallel()
+	f, up, _, _ := setup(t, "Memory", nil)
+	f.send(t, req{path: "/charges?item=a&item=b", key: "k", body: "x"}).expect(t, http.StatusCreated, "")
+	f.send(t, req{path: "/charges?item=b&item=a", key: "k", body: "x"}).expect(t, http.StatusUnprocessableEntity, httpidem.SlugKeyReused)
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("upstream called %d times", n)
+	}
+}
+
+// An upstream's gzip answer is replayed as stored to a retry that accepts
+// gzip, and decoded for one that asks for identity.
+func TestReplayFollowsAcceptEncoding(t *testing.T) {
+	t.Parallel()
+	f, up, _, _ := setup(t, "Memory", nil)
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	io.WriteString(zw, `{"charge":"ch_1"}`)
+	zw.Close()
+	up.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(zipped.Bytes())
+	})
+	q := req{key: "k", body: "x", header: http.Header{"Accept-Encoding": {"gzip"}}}
+	first := f.send(t, q).expect(t, http.StatusCreated, "")
+	if !bytes.Equal(first.body, zipped.Bytes()) {
+		t.Fatalf("first: %q", first.body)
+	}
+	if again := f.send(t, q).expect(t, http.StatusCreated, ""); !again.replayed() || !bytes.Equal(again.body, zipped.Bytes()) {
+		t.Fatalf("gzip retry: replayed=%v %q", again.replayed(), again.body)
+	}
+	q.header = http.Header{"Accept-Encoding": {"identity"}}
+	plain := f.send(t, q).expect(t, http.StatusCreated, "")
+	if !plain.replayed() || string(plain.body) != `{"charge":"ch_1"}` || plain.header.Get("Content-Encoding") != "" {
+		t.Fatalf("identity retry: replayed=%v %q Content-Encoding %q", plain.replayed(), plain.body, plain.header.Get("Content-Encoding"))
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("upstream called %d times", n)
 	}
 }
