@@ -46,11 +46,12 @@ func (h *held) settle() {
 // localClaims is the set of keys this process holds, by store key. The
 // store's lease protects a key across processes; this set protects it in
 // the process even when the store cannot answer: while the operation runs,
-// a duplicate here is told InFlight without asking the store, and while its
-// outcome waits to be recorded, a duplicate first tries to record it and
-// is refused (Unavailable) until that succeeds. So a store outage longer
-// than the lease cannot let a retry to this process run the operation
-// again.
+// a duplicate here is told InFlight without a claim (it only reads the
+// record, to see whether the operation has just been settled), and while
+// its outcome waits to be recorded, a duplicate first tries to record it
+// and is refused (Unavailable) until that succeeds. So a store outage
+// longer than the lease cannot let a retry to this process run the
+// operation again.
 type localClaims struct {
 	m       sync.Map // store key → *held
 	waiting sync.WaitGroup
