@@ -2,6 +2,7 @@ package hostile
 
 import (
 	"bufio"
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -121,11 +122,12 @@ func TestStalledBodies(t *testing.T) {
 	defer up.Close()
 	addr, proc := proxy(t, up.URL)
 
+	latencies(t, addr, "warm", 50) // connections, SQLite's cache: not part of the baseline
 	before := latencies(t, addr, "before", 200)
 	rssBefore, _ := procstat.PidRSSMiB(proc.Pid)
 
 	const declared = 1 << 20
-	junk := strings.Repeat("x", declared-1)
+	junk := bytes.Repeat([]byte("x"), declared-1) // one buffer: the attackers must not cost more than the proxy
 	stop := make(chan struct{})
 	var (
 		wg                sync.WaitGroup
@@ -151,8 +153,16 @@ func TestStalledBodies(t *testing.T) {
 				attempts.Add(1)
 				fmt.Fprintf(c, "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer made-up-%d\r\n"+
 					"Idempotency-Key: stall-%d-%d\r\nContent-Length: %d\r\n\r\n", i, i, n, declared)
-				_, _ = io.WriteString(c, junk) // fails early when refused
-				res, err := http.ReadResponse(bufio.NewReader(c), nil)
+				// A body the proxy will not hold is refused at once, by its
+				// declared length: read that answer before sending it.
+				br := bufio.NewReader(c)
+				c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+				res, err := http.ReadResponse(br, nil)
+				if err != nil {
+					c.SetReadDeadline(time.Time{})
+					_, _ = c.Write(junk) // all but the last byte; then hold
+					res, err = http.ReadResponse(br, nil)
+				}
 				c.Close()
 				if err == nil && res.StatusCode == http.StatusServiceUnavailable {
 					refused.Add(1)
@@ -191,7 +201,7 @@ func TestStalledBodies(t *testing.T) {
 	if refused.Load() == 0 {
 		t.Fatal("no stalled body was refused: the budget did not act")
 	}
-	if n := effects.Load(); n != 400 {
-		t.Fatalf("upstream saw %d effects, want the ordinary client's 400 (no stalled body is forwarded)", n)
+	if n := effects.Load(); n != 450 {
+		t.Fatalf("upstream saw %d effects, want the ordinary client's 450 (no stalled body is forwarded)", n)
 	}
 }
