@@ -92,7 +92,7 @@ func TestSignedCallbacksToAnIdemReceiver(t *testing.T) {
 			c.MaxBackoff = time.Millisecond
 		})
 	for i := range 3 {
-		f.enqueue(t, r, store.Intent{Target: "billing", Method: "POST", Stream: "o-7",
+		f.enqueue(t, r, outbox.Intent{Target: "billing", Method: "POST", Stream: "o-7",
 			Body:    []byte(`{"order":{"id":"o-7-` + strconv.Itoa(i) + `"}}`),
 			Headers: map[string]string{"Content-Type": "application/json"}})
 	}

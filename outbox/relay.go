@@ -56,7 +56,7 @@ func New[TX any](s store.OutboxStore[TX], cfg *Config) (*Relay[TX], error) {
 // intent whose key cannot be computed (a missing field) is refused with
 // ErrBadIntent, inside the business transaction, where the caller can still
 // roll back. Call Notify after the commit to wake an in-process relay.
-func (r *Relay[TX]) EnqueueTx(ctx context.Context, tx TX, in store.Intent) (id int64, err error) {
+func (r *Relay[TX]) EnqueueTx(ctx context.Context, tx TX, in Intent) (id int64, err error) {
 	t := r.targets[in.Target]
 	switch {
 	case t == nil:
@@ -66,22 +66,25 @@ func (r *Relay[TX]) EnqueueTx(ctx context.Context, tx TX, in store.Intent) (id i
 	case in.Path != "" && !strings.HasPrefix(in.Path, "/"):
 		return 0, fmt.Errorf("%w: path %q must start with /", ErrBadIntent, in.Path)
 	}
-	k, err := keyOf(t, in)
+	row := store.Intent{
+		Target: in.Target, Method: in.Method, Path: in.Path, Body: in.Body,
+		Metadata: in.Metadata, Stream: in.Stream, DueAt: in.NotBefore,
+	}
+	k, err := keyOf(t, row)
 	if err != nil {
 		return 0, fmt.Errorf("%w: target %q: key template: %w", ErrBadIntent, in.Target, err)
 	}
-	h := make(map[string]string, len(in.Headers)+1)
+	row.Headers = make(map[string]string, len(in.Headers)+1)
 	for name, v := range in.Headers {
-		h[http.CanonicalHeaderKey(name)] = v
+		row.Headers[http.CanonicalHeaderKey(name)] = v
 	}
-	h[http.CanonicalHeaderKey(t.KeyHeader)] = k
-	in.Headers = h
+	row.Headers[http.CanonicalHeaderKey(t.KeyHeader)] = k
 	now := r.cfg.Now()
-	if in.DueAt.IsZero() {
-		in.DueAt = now
+	if row.DueAt.IsZero() {
+		row.DueAt = now
 	}
-	in.EnqueuedAt = now
-	id, _, err = r.s.EnqueueTx(ctx, tx, in)
+	row.EnqueuedAt = now
+	id, _, err = r.s.EnqueueTx(ctx, tx, row)
 	return id, err
 }
 

@@ -110,7 +110,7 @@ func (f *fixture) relay(t *testing.T, targets []outbox.Target, tweak func(*outbo
 	return r
 }
 
-func (f *fixture) enqueue(t *testing.T, r *outbox.Relay[*memstore.Tx], in store.Intent) int64 {
+func (f *fixture) enqueue(t *testing.T, r *outbox.Relay[*memstore.Tx], in outbox.Intent) int64 {
 	t.Helper()
 	var id int64
 	err := f.s.InTx(context.Background(), func(ctx context.Context, tx *memstore.Tx) error {
@@ -124,8 +124,8 @@ func (f *fixture) enqueue(t *testing.T, r *outbox.Relay[*memstore.Tx], in store.
 	return id
 }
 
-func charge(order string) store.Intent {
-	return store.Intent{Target: "pay", Method: "POST", Path: "/charges", Body: []byte(`{"order":{"id":"` + order + `"},"amount":100}`),
+func charge(order string) outbox.Intent {
+	return outbox.Intent{Target: "pay", Method: "POST", Path: "/charges", Body: []byte(`{"order":{"id":"` + order + `"},"amount":100}`),
 		Headers: map[string]string{"Content-Type": "application/json"}}
 }
 
@@ -275,7 +275,7 @@ func TestSameKeyOnEveryAttemptAndBudget(t *testing.T) {
 func TestEnqueueRefusesUndeliverable(t *testing.T) {
 	f := newFixture()
 	r := f.relay(t, []outbox.Target{{Name: "pay", URL: "http://127.0.0.1:1", Key: orderKey("charge-")}}, nil)
-	for name, in := range map[string]store.Intent{
+	for name, in := range map[string]outbox.Intent{
 		"unknown target": {Target: "nope", Method: "POST", Body: []byte(`{"order":{"id":"o"}}`)},
 		"no method":      {Target: "pay", Body: []byte(`{"order":{"id":"o"}}`)},
 		"missing field":  {Target: "pay", Method: "POST", Body: []byte(`{"order":{}}`)},
@@ -422,7 +422,7 @@ func TestSeedTemplate(t *testing.T) {
 	// One delivery at a time, so that the scripted 503 meets o-42 (the
 	// first claimed).
 	r := f.relay(t, []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: tmpl.KeyOf}}, func(c *outbox.Config) { c.Concurrency = 1 })
-	big := store.Intent{Target: "pay", Method: "POST", Body: []byte(`{"order":{"id":9007199254740993}}`)}
+	big := outbox.Intent{Target: "pay", Method: "POST", Body: []byte(`{"order":{"id":9007199254740993}}`)}
 	f.enqueue(t, r, charge("o-42"))
 	f.enqueue(t, r, big)
 	for range 2 {
@@ -438,7 +438,7 @@ func TestSeedTemplate(t *testing.T) {
 	}
 	// A missing field refuses the intent in its business transaction.
 	err = f.s.InTx(ctx, func(ctx context.Context, tx *memstore.Tx) error {
-		_, err := r.EnqueueTx(ctx, tx, store.Intent{Target: "pay", Method: "POST", Body: []byte(`{"order":{}}`)})
+		_, err := r.EnqueueTx(ctx, tx, outbox.Intent{Target: "pay", Method: "POST", Body: []byte(`{"order":{}}`)})
 		return err
 	})
 	if !errors.Is(err, outbox.ErrBadIntent) || !errors.Is(err, keytemplate.ErrMissingField) {

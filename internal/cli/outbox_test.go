@@ -14,7 +14,6 @@ import (
 	"database/sql"
 
 	"github.com/idemhq/idem/outbox"
-	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
@@ -50,7 +49,7 @@ func TestOutboxCommands(t *testing.T) {
 	}
 	err = s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		for _, target := range []string{"pay", "legacy"} {
-			if _, err := r.EnqueueTx(ctx, tx, store.Intent{Target: target, Method: "POST", Body: []byte(`{}`)}); err != nil {
+			if _, err := r.EnqueueTx(ctx, tx, outbox.Intent{Target: target, Method: "POST", Body: []byte(`{}`)}); err != nil {
 				return err
 			}
 		}
