@@ -17,7 +17,7 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// TESTING.md, "Bad input", keys: each gets a clear 400, the handler does
+// Bad keys (docs/http.md, section 2): each gets a clear 400, the handler does
 // not run, and nothing is claimed or left in the store.
 func TestBadKeys(t *testing.T) {
 	t.Parallel()
@@ -121,7 +121,7 @@ func TestKeyForms(t *testing.T) {
 	}
 }
 
-// TESTING.md, bodies over the limit: 413 before any claim, whether the
+// Bodies over the limit: 413 before any claim, whether the
 // length is declared or not, and the handler never runs.
 func TestBodyTooLarge(t *testing.T) {
 	t.Parallel()
@@ -173,7 +173,7 @@ func (e *endless) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TESTING.md, never-ending chunked body: 413 at once, having read at most
+// A never-ending chunked body: 413 at once, having read at most
 // MaxBody+1 bytes.
 func TestEndlessBody(t *testing.T) {
 	t.Parallel()
@@ -229,7 +229,7 @@ func gzipped(t *testing.T, data []byte, level int) []byte {
 	return buf.Bytes()
 }
 
-// TESTING.md, gzip bombs: a compressed body is hashed and handed over as
+// Gzip bombs: a compressed body is hashed and handed over as
 // sent, never decoded, so it cannot expand past the limit; two encodings
 // of the same content are two different requests.
 func TestGzipBodyNotDecoded(t *testing.T) {
@@ -258,7 +258,7 @@ func TestGzipBodyNotDecoded(t *testing.T) {
 	wantProblem(t, send(gzipped(t, make([]byte, 16<<20), gzip.BestSpeed)), 422, httpidem.SlugKeyReused)
 }
 
-// TESTING.md, JSON with duplicate member names: refused in the JSON modes
+// JSON with duplicate member names: refused in the JSON modes
 // (parsers disagree on which member wins), before any claim.
 func TestJSONDuplicateMembers(t *testing.T) {
 	t.Parallel()
@@ -315,11 +315,12 @@ func TestJSONRefused(t *testing.T) {
 	}
 }
 
-// TESTING.md, "same key from another principal, another route, another
-// method": independent scopes, each executed once, never a 409 or 422
-// (G6). Another query string on the same route is the same scope with
-// another fingerprint (HTTP.md: the query is hashed): 422, nothing
-// changed; the same query in another order or encoding is the same request.
+// The same key from another principal, another route, another method:
+// independent scopes, each executed once, never a 409 or 422 (G6,
+// docs/guarantees.md). Another query string on the same route is the same
+// scope with another fingerprint (docs/http.md: the query is hashed): 422,
+// nothing changed; the same query in another order or encoding is the same
+// request.
 func TestSameKeyElsewhere(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)

@@ -1,8 +1,9 @@
 // Package httpidem is net/http middleware that gives unsafe requests
 // idempotency keys, as the IETF draft "The Idempotency-Key HTTP Header
-// Field" describes and idem's HTTP contract fixes: a request retried
-// with the same Idempotency-Key runs its handler at most once, and every
-// retry gets the first response back, marked Idempotent-Replayed: true.
+// Field" describes and idem's HTTP contract (docs/http.md) fixes: a
+// request retried with the same Idempotency-Key runs its handler at most
+// once, and every retry gets the first response back, marked
+// Idempotent-Replayed: true.
 //
 //	g, _ := key.New(store, nil)                          // or key.NewTx for TxFrom
 //	m, _ := httpidem.New(g, &httpidem.Config{Principal: userOf})

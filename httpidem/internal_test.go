@@ -60,7 +60,7 @@ func TestCanonicalQuery(t *testing.T) {
 	}
 }
 
-// Every part of the request that HTTP.md names changes the fingerprint;
+// Every part of the request that docs/http.md names changes the fingerprint;
 // nothing else does.
 func TestFingerprintParts(t *testing.T) {
 	t.Parallel()

@@ -19,7 +19,7 @@ import (
 	"github.com/idemhq/idem/store/memstore"
 )
 
-// HTTP.md, row "first execution" then "completed earlier, same fingerprint".
+// docs/http.md, "first execution" then "completed earlier, same fingerprint".
 func TestFirstExecutionThenReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -43,9 +43,9 @@ func TestFirstExecutionThenReplay(t *testing.T) {
 	}
 }
 
-// G2: a replay has the first response's status, body and kept headers
-// byte for byte; Set-Cookie, hop-by-hop headers, headers named by
-// Connection, and headers not on the allow-list are not replayed.
+// G2 (docs/guarantees.md): a replay has the first response's status, body
+// and kept headers byte for byte; Set-Cookie, hop-by-hop headers, headers
+// named by Connection, and headers not on the allow-list are not replayed.
 func TestReplayFidelity(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &httpidem.Config{ReplayHeaders: []string{"x-charge-id", "X-Hop"}})
@@ -194,8 +194,8 @@ func TestEmptyHandlerResponse(t *testing.T) {
 	wantReplayOf(t, first, again)
 }
 
-// HTTP.md, "same scope and key, other fingerprint": 422, and the stored
-// record is left as it was.
+// docs/http.md, "same scope and key, another fingerprint": 422, and the
+// stored record is left as it was.
 func TestKeyReusedWithOtherRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -251,9 +251,9 @@ func TestRequestInFlight(t *testing.T) {
 	}
 }
 
-// HTTP.md, "outcome unknown, lease not yet expired": MarkUnknown keeps the
-// claim; retries get 409 outcome-unknown with Retry-After until the lease
-// ends; then the handler runs again.
+// docs/http.md, "the first attempt's outcome is unknown": MarkUnknown
+// keeps the claim; retries get 409 outcome-unknown with Retry-After until
+// the lease ends; then the handler runs again.
 func TestMarkUnknown(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -344,8 +344,8 @@ func TestMarkUnknownOutsideMiddleware(t *testing.T) {
 	}
 }
 
-// HTTP.md, "store unreachable": 503 + Retry-After, fail closed: the
-// handler never runs without a confirmed claim (G5).
+// docs/http.md, "the store did not confirm the claim": 503 + Retry-After,
+// fail closed: the handler never runs without a confirmed claim (G5).
 func TestStoreUnavailable(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []fault.Mode{fault.Before, fault.After} {
@@ -418,7 +418,7 @@ func TestCompletionFails(t *testing.T) {
 	})
 }
 
-// HTTP.md, last row: a response over MaxResponse is delivered once, whole;
+// docs/http.md, "a body that outgrows MaxResponse": delivered once, whole;
 // the key is completed with the marker BEFORE its first byte is sent; a
 // retry gets 409 response-not-stored and never runs the handler again.
 func TestResponseTooLargeToStore(t *testing.T) {
@@ -589,7 +589,7 @@ func TestPanicOverRealServer(t *testing.T) {
 	}
 }
 
-// HTTP.md: GET, HEAD, OPTIONS ignore the header and store nothing.
+// docs/http.md: GET, HEAD, OPTIONS ignore the header and store nothing.
 func TestSafeMethodsPassThrough(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)

@@ -34,8 +34,8 @@ var backlogN = flag.Int("backlog.n", 4000, "parked + dead events in TestBacklogC
 // them (new events, a walk over every dead letter page by page, the
 // compensation of every stream, which releases and applies all the parked
 // events) while sampling the resident set. The same work on an empty
-// backlog is the baseline, measured in the same run. Short in CI; the
-// issue's million:
+// backlog is the baseline, measured in the same run. Short in CI; a
+// million:
 //
 //	go test -run BacklogCostsNoMemory -v -timeout 60m ./inbox -args -backlog.n=1000000
 func TestBacklogCostsNoMemory(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package inbox receives events exactly once per effect: the inbox and
-// per-stream order components of idem (SYSTEM.md components 2 and 3).
+// per-stream order components of idem (docs/guarantees.md, G7 and G8).
 //
 // A Processor handles one event in one transaction of the caller's store
 // (store.InboxStore: SQLite, PostgreSQL, or the memory model), in this

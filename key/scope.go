@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// MaxKeyLen is the longest idempotency key accepted, in bytes (HTTP.md).
+// MaxKeyLen is the longest idempotency key accepted, in bytes (docs/http.md).
 const MaxKeyLen = 255
 
 // scopeTag versions the scope encoding; a new encoding gets a new tag, so an

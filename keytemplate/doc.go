@@ -1,8 +1,8 @@
 // Package keytemplate computes the Idempotency-Key that an outbound
 // delivery carries, from the intent's data, so that every attempt of one
 // intent (after a crash, a redeploy, an operator's retry) sends the same key
-// and the target can recognise it (SYSTEM.md component 8; seed 002, layer
-// 3: "the target's key is your job").
+// and the target can recognise it (docs/guarantees.md, G1). The charge
+// template below is the one this package's doc and tests use throughout:
 //
 //	t, err := keytemplate.Parse("charge", "= 'charge-' & payload.order.id", nil)
 //	k, err := t.Key([]byte(`{"payload": {"order": {"id": "o-42"}}}`)) // "charge-o-42"
@@ -21,9 +21,9 @@
 // ([a-z0-9][a-z0-9_.]*), so the text before a key's first "-" is always its
 // operation, and keys of two operations never collide, whatever the data.
 // The prefix is added to the template's result, unless the expression
-// itself starts with a string literal that begins with it (the seed's
-// 'charge-' for operation "charge"): decided once per template, never per
-// result, so that the step from result to key is one-to-one.
+// itself starts with a string literal that begins with it (the charge
+// template's 'charge-' for operation "charge"): decided once per template,
+// never per result, so that the step from result to key is one-to-one.
 //
 // # What is checked when a template is defined
 //
@@ -59,7 +59,7 @@
 // # What is checked when a key is computed
 //
 // JSONata's "&" turns a missing operand into "" (and this library a null
-// one too), so the seed's template would give "charge-" for every intent
+// one too), so the charge template would give "charge-" for every intent
 // without an order id, and all of them would share that key. Here
 // the operands of a top-level "&" chain are evaluated one by one (which is
 // what "&" does at the top level) and each one that is not a literal must
@@ -92,7 +92,7 @@
 // (May 2021) and its fork xiatechs/jsonata-go v1.8.8 (December 2024). Both
 // share the parser and evaluator (JSONata 1.5 level), both export the
 // syntax tree (package jparse) that the determinism check walks, and both
-// give "charge-o-42" for the seed's template. Neither has a timeout or a
+// give "charge-o-42" for the charge template. Neither has a timeout or a
 // step limit, and in both "&" turns a missing field into "". The fork is
 // maintained more recently (the blues repository has been called inactive
 // by the fork's authors since 2022), and its nodes carry source positions;
@@ -118,7 +118,7 @@
 // package holds one mutex.
 //
 // The part of the library used here is small and pinned by this package's
-// tests (the seed's template, the refusals, determinism under -race, a fuzz
+// tests (the charge template, the refusals, determinism under -race, a fuzz
 // target), and it is hidden behind this package's API: moving to another
 // implementation changes this package only.
 package keytemplate

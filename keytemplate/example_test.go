@@ -7,7 +7,7 @@ import (
 	"github.com/idemhq/idem/keytemplate"
 )
 
-// The seed's template, as written in its configuration: the same intent
+// The charge template, as a configuration file writes it: the same intent
 // gives the same key on every attempt, and a charge and a shipment of one
 // order get different keys.
 func Example() {

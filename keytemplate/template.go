@@ -137,7 +137,7 @@ type part struct {
 	paths [][]string // plain field paths it reads from the input's root
 }
 
-// Parse defines a template from a configuration value such as the seed's
+// Parse defines a template from a configuration value such as
 // `= 'charge-' & payload.order.id`: the value must start with "=", which
 // marks a JSONata expression (see Expr). A value without it would be a
 // literal: the same key for every intent, so every intent after the first
@@ -158,7 +158,7 @@ func Parse(operation, value string, cfg *Config) (*Template, error) {
 //
 // The key is operation + "-" + the expression's result, unless the
 // expression starts with a string literal that already begins with
-// operation + "-" (as the seed's 'charge-' does for operation "charge"):
+// operation + "-" (as 'charge-' does for operation "charge"):
 // then the result is the key as it is. The decision is made once, from
 // the expression, never from one result, so two intents never share a key
 // because one result happened to start with the prefix.

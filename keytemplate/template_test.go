@@ -13,7 +13,8 @@ import (
 	"github.com/idemhq/idem/keytemplate"
 )
 
-// seed is the seed's own example, as written in its configuration.
+// seed is the charge template of the package doc, as a configuration file
+// writes it.
 const seed = "= 'charge-' & payload.order.id"
 
 func order(id any) []byte {

@@ -1,6 +1,6 @@
 // Package order decides, per stream, what to do with an event that may
 // arrive late, early, twice, or from a superseded execution. It is the pure
-// core of idem's order component (SYSTEM.md component 3): no storage, no
+// core of idem's per-stream order (docs/guarantees.md, G8): no storage, no
 // clock. The persisted version loads a Stream, calls Decide inside the
 // transaction that applies the event, and stores Decision.Next.
 //
@@ -47,7 +47,7 @@
 // hook refetches their facts and Compensated moves the stream past the gap,
 // releasing the parked events behind it.
 //
-// # Invariants (TESTING.md G8)
+// # Invariants (docs/guarantees.md, G8)
 //
 //   - Per stream and execution, applied sequences strictly increase; Applied
 //     never goes backwards except by a Reset to a newer execution.

@@ -7,7 +7,7 @@ import (
 	"github.com/idemhq/idem/order"
 )
 
-// The seed's exercise: sequence 8 SHIPPED arrives before sequence 7 PAID.
+// The orders example's case: sequence 8 SHIPPED arrives before sequence 7 PAID.
 func Example() {
 	at := time.Date(2026, 10, 2, 12, 0, 0, 0, time.UTC)
 	run := func(mode order.Mode, events []order.Incoming, payload map[int64]string) {

@@ -34,7 +34,7 @@ var (
 // it with one relay against a local target while sampling the process's
 // resident set: the relay holds one batch at a time, so its memory must not
 // follow the backlog. On SQLite and PostgreSQL. CI runs 1,000 (under the
-// race detector, which multiplies memory, the bound is not asserted); the issue's
+// race detector, which multiplies memory, the bound is not asserted); a
 // million (add -outbox.drain=2m to stop after a while):
 //
 //	go test ./outbox -run RelayBacklogMemory -v -timeout 60m -args -outbox.pending=1000000

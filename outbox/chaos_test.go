@@ -121,7 +121,7 @@ func (c *chaosTarget) handler() http.Handler {
 // at least once, one key per intent over all its attempts, and exactly one
 // effect per committed intent at the deduplicating target.
 //
-// Short by default; the size (5,000 transactions, a kill every 2 s):
+// Short by default; the long version (5,000 transactions, a kill every 2 s):
 //
 //	go test ./outbox -run RelayChaos -v -timeout 30m -args -outbox.full
 func TestRelayChaos(t *testing.T) {

@@ -103,7 +103,7 @@ type Target struct {
 
 // KeyInput is the value a target's Key function reads: the intent as JSON,
 // whose business data is Payload (the body, parsed when it is JSON), so that
-// the seed's template `'charge-' & payload.order.id` reads
+// the template `'charge-' & payload.order.id` reads
 // {"payload": {"order": {"id": "o-42"}}}.
 type KeyInput struct {
 	Payload  any               `json:"payload"`

@@ -409,7 +409,8 @@ func TestConfigChecks(t *testing.T) {
 	}
 }
 
-// TestSeedTemplate: the seed's key template, as written, over an intent
+// TestSeedTemplate: the charge template of package keytemplate, as a
+// configuration file writes it, over an intent
 // whose body is the order: every attempt sends charge-<order id>.
 func TestSeedTemplate(t *testing.T) {
 	ctx := context.Background()

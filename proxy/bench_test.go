@@ -21,9 +21,10 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// The benchmarks of issue 3, every row measured in one run at the same
-// concurrency (benchParallelism x GOMAXPROCS clients over loopback HTTP),
-// each reporting throughput and p50/p99 latency besides ns/op:
+// The proxy's benchmarks (see the README), every row measured in one run
+// at the same concurrency (benchParallelism x GOMAXPROCS clients over
+// loopback HTTP), each reporting throughput and p50/p99 latency besides
+// ns/op:
 //
 //   - BenchmarkProxy: Bare (httputil.ReverseProxy) and, per store, the idem
 //     proxy on a new key (claim, forward, complete) and on a replay.

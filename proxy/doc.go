@@ -150,7 +150,8 @@
 // # Problems
 //
 // Besides the httpidem middleware's problems, the proxy answers these
-// (application/problem+json; type is Config.ProblemBase and the slug):
+// (application/problem+json; type is Config.ProblemBase and the slug;
+// docs/http.md lists every problem of the project):
 //
 //	slug                       status    when
 //	request-framing-ambiguous  400       both Content-Length and Transfer-Encoding on the connection, or

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The Standard Webhooks shared test vector (TESTING.md "Outside checks").
+// The Standard Webhooks shared test vector (docs/guarantees.md, G9).
 const (
 	vectorSecret    = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	vectorID        = "msg_p5jXN8AQM9LWM0D4loKWxJek"

@@ -19,6 +19,7 @@
 //	| dead-lettered (invalid, or out of retries)       | 200    | (Response with reason) |
 //	| not POST                                         | 405    | method-not-allowed     |
 //	| body over MaxBody (before the signature)         | 413    | body-too-large         |
+//	| the body could not be read                       | 400    | body-unreadable        |
 //	| signature headers missing, repeated, unparsable  | 400    | signature-malformed    |
 //	| no signature matches any secret                  | 401    | signature-invalid      |
 //	| a matching signature outside the time window     | 401    | signature-expired      |
@@ -30,9 +31,10 @@
 //	| the store's tables are inconsistent              | 500    | internal-error         |
 //
 // Problems are RFC 9457 application/problem+json, type
-// "https://idem.dev/problems/<slug>" (Config.ProblemBase). A dead letter is
-// answered 200 so that the sender stops retrying something no retry fixes;
-// it is kept (reason, event, attempts) and can be requeued through Admin.
+// "https://idem.dev/problems/<slug>" (Config.ProblemBase); docs/http.md
+// lists them with the admin API's. A dead letter is answered 200 so that
+// the sender stops retrying something no retry fixes; it is kept (reason,
+// event, attempts) and can be requeued through Admin.
 // A malformed event is 400 and not stored: it has no trustworthy identity to
 // dedup or requeue by.
 //

@@ -67,13 +67,13 @@ const (
 	interleaved = 8
 )
 
-// TestRedelivery is the proof: 20,000 events over 500 orders
-// (-redelivery.full; by default 1,000 over 50, see shortSize), each
-// delivered 1 to 3 times, reordered, to a consumer process that is killed
-// with SIGKILL before a commit and after a commit but before its 200, and
-// one database restart; every event's effect lands exactly once, the inbox
-// holds one row per distinct event, and no event is acknowledged before its
-// commit.
+// TestRedelivery is the proof of G7 and G8 (docs/guarantees.md): 20,000
+// events over 500 orders (-redelivery.full; by default 1,000 over 50, see
+// shortSize), each delivered 1 to 3 times, reordered, to a consumer process
+// that is killed with SIGKILL before a commit and after a commit but before
+// its 200, and one database restart; every event's effect lands exactly
+// once, the inbox holds one row per distinct event, and no event is
+// acknowledged before its commit.
 //
 // The consumer is this test binary re-executed (see consumerMain): the delta
 // endpoint of the example (webhook.Handler over an inbox.Processor in

@@ -21,7 +21,8 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// The checks, the Check field of a Violation.
+// The checks, the Check field of a Violation. G1, G2, ... are the
+// guarantees of docs/guarantees.md.
 const (
 	// CheckDuplicateEffect: a scope (principal, key) has more than one
 	// effect in the ledger (G1).

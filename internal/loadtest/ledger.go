@@ -449,7 +449,7 @@ func writeEffect(w http.ResponseWriter, e Effect) {
 }
 
 // problemBase prefixes the ledger's problem types; the checker only looks at
-// the last segment (the slug), as HTTP.md defines them.
+// the last segment (the slug), as docs/http.md defines them.
 const problemBase = "https://idem.dev/problems/"
 
 func problem(w http.ResponseWriter, status int, slug, detail string) {
