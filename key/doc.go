@@ -51,8 +51,10 @@
 //     so a later holder always has a larger epoch than an earlier one. The
 //     owner token is fresh at every claim, so even a holder whose record was
 //     swept and claimed afresh (epoch 1 again) is fenced.
-//   - Leases are measured on the store's clock (PostgreSQL now(), Redis TIME),
-//     never on the callers' clocks.
+//   - Leases are measured on the store's clock (PostgreSQL
+//     clock_timestamp(), Redis TIME), never on the callers' clocks; SQLite
+//     and the memory store, which run in the caller's process, use its
+//     clock.
 //   - DONE is final until the retention ends; a retry never runs the
 //     operation again within it.
 //

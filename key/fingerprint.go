@@ -9,7 +9,9 @@ import (
 )
 
 // FingerprintV1 is the version byte of SHA-256 fingerprints over
-// length-prefixed parts. It is the only version so far.
+// length-prefixed parts, the one FingerprintOf writes. A caller that
+// changes its choice of parts writes another with FingerprintVersion
+// (package httpidem writes version 2).
 const FingerprintV1 byte = 1
 
 // Fingerprint identifies a request's content: a version byte, then the
