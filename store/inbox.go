@@ -96,8 +96,8 @@ type DeadLetterQuery struct {
 	Limit int
 }
 
-// InboxStore is the storage of the inbox (SYSTEM.md component 2) and of
-// per-stream order (component 3): inbox rows, stream rows, parked events,
+// InboxStore is the storage of the inbox and of
+// per-stream order: inbox rows, stream rows, parked events,
 // gaps and dead letters. Every *Tx method runs in the caller's transaction,
 // so that the inbox row, the order state and the caller's business writes
 // commit together or not at all; methods without Tx run on their own.
@@ -105,17 +105,7 @@ type DeadLetterQuery struct {
 // Times are the caller's (package inbox passes its clock), so that the
 // store keeps no clock of its own for these tables.
 type InboxStore[TX any] interface {
-	// InTx begins a transaction, calls fn with it, and commits when fn
-	// returns nil; otherwise it rolls back and returns fn's error. An error
-	// from the commit itself leaves the outcome unknown.
-	InTx(ctx context.Context, fn func(ctx context.Context, tx TX) error) error
-
-	// Savepoint runs fn inside a savepoint of tx: when fn returns an error
-	// (or panics) its writes in tx are undone and the rest of tx is kept,
-	// usable, and fn's error is returned. For callers that must keep part
-	// of a transaction past a failed step; package inbox does not need it
-	// (a failed event reruns its transaction with the event dead-lettered).
-	Savepoint(ctx context.Context, tx TX, fn func(ctx context.Context) error) error
+	Transactor[TX]
 
 	// RecordEventTx inserts the inbox row key with EventDone and received
 	// time at. When the row already exists nothing changes and it returns

@@ -105,16 +105,15 @@ type OutboxClaim struct {
 	Skip []string
 }
 
-// OutboxStore is the storage of outbound intents (SYSTEM.md component 8).
+// OutboxStore is the storage of outbound intents.
 // EnqueueTx runs in the caller's business transaction, so an intent exists
 // if and only if its business change committed. The other methods run on
 // their own and are single atomic steps; every result a relay records is
 // fenced by the claim's epoch and owner.
 type OutboxStore[TX any] interface {
-	// InTx begins a transaction, calls fn with it, and commits when fn
-	// returns nil (see InboxStore.InTx). The caller's business writes and
-	// EnqueueTx share it.
-	InTx(ctx context.Context, fn func(ctx context.Context, tx TX) error) error
+	// Transactor runs the caller's business writes and EnqueueTx in one
+	// transaction.
+	Transactor[TX]
 
 	// EnqueueTx writes in (Target, Method, Path, Body, Headers, Metadata,
 	// Stream) as pending, due at in.DueAt (zero: at once), in tx, and

@@ -11,6 +11,14 @@
 // imports no database driver; stores import it, never the other way round.
 //
 // The record's state machine is drawn in package key's doc.go.
+//
+// # Stability
+//
+// The storage interface is experimental: it grows with the concerns
+// (request keys, inbox and order, outbox, and executions next) and may
+// change between minor versions. Use the stores in this module; a store
+// written outside it should run the conformance suite (storetest) of the
+// idem version it targets, which is the interface's real contract.
 package store
 
 import (
@@ -221,17 +229,26 @@ type Capabilities struct {
 	SelfExpiring bool
 }
 
+// Transactor runs a function in one of the store's transactions, which
+// every concern's *Tx methods and the caller's own writes share (SQLite:
+// *sql.Tx; PostgreSQL: pgx.Tx; memstore: *memstore.Tx). It is declared once
+// and embedded by TxStore, InboxStore and OutboxStore, so that one value
+// of a SQL store serves them all in one transaction.
+type Transactor[TX any] interface {
+	// InTx begins a transaction, calls fn with it, and commits when fn
+	// returns nil; otherwise it rolls back and returns fn's error. An error
+	// from the commit itself leaves the outcome unknown: resolve it by
+	// reading (for a request key, Get), never by running fn again.
+	InTx(ctx context.Context, fn func(ctx context.Context, tx TX) error) error
+}
+
 // TxStore is a store that can share a transaction with the caller's own
 // writes (SQLite: *sql.Tx; PostgreSQL: pgx.Tx). The business change and the
 // fenced completion then commit together or not at all, which makes a local
 // effect happen exactly once.
 type TxStore[TX any] interface {
 	Store
-
-	// InTx begins a transaction, calls fn with it, and commits when fn
-	// returns nil; otherwise it rolls back and returns fn's error. An error
-	// from the commit itself leaves the outcome unknown: resolve it with Get.
-	InTx(ctx context.Context, fn func(ctx context.Context, tx TX) error) error
+	Transactor[TX]
 
 	// CompleteTx is Complete inside tx: if tx rolls back, the completion does
 	// too. Returns ErrFenced when the fence does not match; the caller must

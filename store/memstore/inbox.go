@@ -15,8 +15,8 @@ import (
 
 // Inbox is the in-memory reference model of store.InboxStore: every rule
 // written as plainly as possible. Transactions run one at a time (InTx holds
-// one lock for the whole transaction) and keep an undo log, so a rollback,
-// or a failed savepoint, restores exactly what was there. Nothing survives
+// one lock for the whole transaction) and keep an undo log, so a rollback
+// restores exactly what was there. Nothing survives
 // the process; it is for tests and for checking the SQL stores.
 type Inbox struct {
 	mu      sync.Mutex // held by a transaction from begin to end
@@ -58,8 +58,8 @@ type Tx struct {
 	done bool
 }
 
-// OnRollback registers f to run if the transaction, or the savepoint that
-// is open now, rolls back. Undo functions run in reverse order.
+// OnRollback registers f to run if the transaction rolls back. Undo
+// functions run in reverse order.
 func (tx *Tx) OnRollback(f func()) { tx.undo = append(tx.undo, f) }
 
 func (tx *Tx) rollbackTo(mark int) {
@@ -98,25 +98,6 @@ func (in *Inbox) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 		return err // a cancelled transaction does not commit
 	}
 	committed = true
-	return nil
-}
-
-// Savepoint implements store.InboxStore.
-func (in *Inbox) Savepoint(ctx context.Context, tx *Tx, fn func(ctx context.Context) error) error {
-	if err := tx.check(); err != nil {
-		return err
-	}
-	mark := len(tx.undo)
-	ok := false
-	defer func() {
-		if !ok {
-			tx.rollbackTo(mark)
-		}
-	}()
-	if err := fn(ctx); err != nil {
-		return err
-	}
-	ok = true
 	return nil
 }
 

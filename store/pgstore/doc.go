@@ -55,10 +55,7 @@
 // row's primary key, and LockStreamTx holds the stream row's lock (SELECT
 // ... FOR UPDATE, or the insert of a placeholder row for a stream never
 // seen, so that a new stream is locked too) until the transaction ends.
-// Savepoint sets a SQL savepoint and rolls back to it when the event fails,
-// which also ends the aborted state a failed statement leaves the
-// transaction in. SweepInbox deletes in batches with FOR UPDATE SKIP
-// LOCKED, like Sweep.
+// SweepInbox deletes in batches with FOR UPDATE SKIP LOCKED, like Sweep.
 //
 // # Outbox
 //

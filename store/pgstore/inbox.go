@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -27,70 +26,6 @@ var _ store.InboxStore[pgx.Tx] = (*Store)(nil)
 // sees it, so a second attempt answers unless the row is deleted and
 // inserted again in between, every time.
 const inboxAttempts = 8
-
-// savepointName is the savepoint Savepoint sets. One name serves nested
-// calls: PostgreSQL keeps every savepoint of a name, ROLLBACK TO and RELEASE
-// act on the newest, and Savepoint calls nest strictly.
-const savepointName = "idem_savepoint"
-
-// Savepoint implements store.InboxStore: SAVEPOINT, fn, then RELEASE. When
-// fn returns an error or panics, ROLLBACK TO SAVEPOINT undoes its writes
-// and ends the aborted state a failed statement left tx in, so tx is usable
-// again; the savepoint is then released too, so that savepoints of later
-// events do not nest ever deeper inside it (pgx's nested transactions leave
-// a rolled-back savepoint open). A panic is passed on after the rollback.
-//
-// When the rollback itself fails (the connection broke), the error returned
-// wraps both fn's error and the rollback's: tx is unusable.
-func (s *Store) Savepoint(ctx context.Context, tx pgx.Tx, fn func(ctx context.Context) error) error {
-	if _, err := tx.Exec(ctx, "SAVEPOINT "+savepointName); err != nil {
-		return fmt.Errorf("idem/pgstore: savepoint: %w", err)
-	}
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		// fn panicked: undo its writes, then let the panic go on.
-		if err := s.rollbackToSavepoint(ctx, tx); err != nil {
-			s.logger.WarnContext(ctx, "idem/pgstore: rollback to savepoint after a panic failed", slog.Any("error", err))
-		}
-	}()
-	err := fn(ctx)
-	returned = true
-	if err != nil {
-		if rbErr := s.rollbackToSavepoint(ctx, tx); rbErr != nil {
-			return fmt.Errorf("%w (and then idem/pgstore: %w; the transaction is unusable)", err, rbErr)
-		}
-		return err
-	}
-	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT "+savepointName); err != nil {
-		// fn swallowed a failed statement, so tx is aborted; undo fn's
-		// writes so that the contract (error: writes undone, tx usable)
-		// still holds when the connection is fine.
-		err = fmt.Errorf("idem/pgstore: release savepoint: %w", err)
-		if rbErr := s.rollbackToSavepoint(ctx, tx); rbErr != nil {
-			return fmt.Errorf("%w (and then idem/pgstore: %w; the transaction is unusable)", err, rbErr)
-		}
-		return err
-	}
-	return nil
-}
-
-// rollbackToSavepoint undoes the writes since the newest savepoint and
-// releases it. It runs even when ctx is done, bounded by rollbackTimeout,
-// like InTx's rollback.
-func (s *Store) rollbackToSavepoint(ctx context.Context, tx pgx.Tx) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
-	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointName); err != nil {
-		return fmt.Errorf("rollback to savepoint: %w", err)
-	}
-	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT "+savepointName); err != nil {
-		return fmt.Errorf("release savepoint after rollback: %w", err)
-	}
-	return nil
-}
 
 // RecordEventTx implements store.InboxStore in one statement
 // (sql/inbox_record.sql); existing is 0 when it inserted the row. The
@@ -230,7 +165,7 @@ func (s *Store) RecordGapTx(ctx context.Context, tx pgx.Tx, g store.GapRecord) e
 }
 
 // DeadLetterTx implements store.InboxStore in one statement
-// (sql/dead_letter.sql): the inbox row's upsert and the dead letter's
+// (sql/dead_letter_insert.sql): the inbox row's upsert and the dead letter's
 // insert. An inbox row it inserts is dated d.LastFailed.
 //
 // d.Reason is stored as text, for operators reading the table: invalid
@@ -250,7 +185,7 @@ func (s *Store) DeadLetterTx(ctx context.Context, tx pgx.Tx, d store.DeadLetter)
 }
 
 // TakeDeadLetterTx implements store.InboxStore in one statement
-// (sql/take_dead_letter.sql). Two transactions taking one dead letter
+// (sql/dead_letter_take.sql). Two transactions taking one dead letter
 // serialise on its row: the second gets ErrNotFound.
 func (s *Store) TakeDeadLetterTx(ctx context.Context, tx pgx.Tx, id int64) (store.DeadLetter, bool, error) {
 	var (
@@ -264,7 +199,7 @@ func (s *Store) TakeDeadLetterTx(ctx context.Context, tx pgx.Tx, id int64) (stor
 	return row.letter(), wasDead, nil
 }
 
-// ListDeadLetters implements store.InboxStore (sql/list_dead_letters.sql),
+// ListDeadLetters implements store.InboxStore (sql/dead_letters_list.sql),
 // by the primary key.
 //
 // IDs are handed out when dead letters are written, not when they commit,
@@ -289,8 +224,8 @@ func (s *Store) ListDeadLetters(ctx context.Context, q store.DeadLetterQuery) ([
 	return out, nil
 }
 
-// ListGaps implements store.InboxStore (sql/list_gaps.sql, or
-// sql/list_stream_gaps.sql for one stream). Gaps first seen at the same
+// ListGaps implements store.InboxStore (sql/gaps_list.sql, or
+// sql/gaps_list_stream.sql for one stream). Gaps first seen at the same
 // instant are listed in the order they were recorded.
 func (s *Store) ListGaps(ctx context.Context, key *store.StreamKey, limit int) ([]store.GapRecord, error) {
 	if err := checkLimit("list gaps", limit); err != nil {
@@ -347,7 +282,7 @@ func (s *Store) OverdueStreams(ctx context.Context, before time.Time, limit int)
 }
 
 // SweepInbox implements store.InboxStore in one statement
-// (sql/sweep_inbox.sql) with FOR UPDATE SKIP LOCKED, so that sweepers in
+// (sql/inbox_sweep.sql) with FOR UPDATE SKIP LOCKED, so that sweepers in
 // several processes neither wait on each other nor on a transaction
 // dead-lettering an event. Dead inbox rows are never deleted.
 func (s *Store) SweepInbox(ctx context.Context, before time.Time, limit int) (int, error) {
@@ -362,7 +297,7 @@ func (s *Store) SweepInbox(ctx context.Context, before time.Time, limit int) (in
 }
 
 // deadLetterRow receives the dead letter columns that
-// sql/take_dead_letter.sql and sql/list_dead_letters.sql return, in this
+// sql/dead_letter_take.sql and sql/dead_letters_list.sql return, in this
 // order: id, first_failed, last_failed, seq, attempts, source, event_id,
 // stream_source, stream_subject, reason, event.
 type deadLetterRow struct {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -850,93 +849,6 @@ func TestSweepInboxSkipsLockedRows(t *testing.T) {
 	}
 	if st := inboxStatus(t, b.pool, k); st != 2 {
 		t.Fatalf("status %d, want dead", st)
-	}
-}
-
-// Savepoint after a failed statement: rolling back to the savepoint ends
-// the transaction's aborted state, so the transaction goes on and commits.
-func TestSavepointAfterFailedStatement(t *testing.T) {
-	t.Parallel()
-	s, b := setup(t)
-	k1, k2, k3 := store.EventKey{Source: "s", ID: "1"}, store.EventKey{Source: "s", ID: "2"}, store.EventKey{Source: "s", ID: "3"}
-	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		if _, _, err := s.RecordEventTx(ctx, tx, k1, start); err != nil {
-			return err
-		}
-		err := s.Savepoint(ctx, tx, func(ctx context.Context) error {
-			if _, _, err := s.RecordEventTx(ctx, tx, k2, start); err != nil {
-				return err
-			}
-			// A unique violation: tx is now aborted.
-			_, err := tx.Exec(ctx, `INSERT INTO idem_inbox (received_at, status, source, id) VALUES ($1, 1, $2, $3)`,
-				start, []byte(k1.Source), []byte(k1.ID))
-			return err
-		})
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
-			t.Errorf("Savepoint = %v, want fn's unique violation", err)
-		}
-		// Usable again.
-		if _, _, err := s.RecordEventTx(ctx, tx, k3, start); err != nil {
-			return err
-		}
-		return s.Savepoint(ctx, tx, func(ctx context.Context) error {
-			return s.ParkTx(ctx, tx, stKey, store.ParkedEvent{Sequence: 1, Event: []byte("x")})
-		})
-	})
-	for k, want := range map[store.EventKey]int{k1: 1, k2: 0, k3: 1} {
-		if st := inboxStatus(t, b.pool, k); st != want {
-			t.Errorf("%v: status %d, want %d", k, st, want)
-		}
-	}
-	if n := count(t, b.pool, "idem_parked"); n != 1 {
-		t.Fatalf("%d parked rows, want the 1 of the released savepoint", n)
-	}
-}
-
-// fn swallowed a failed statement and returned nil: the release fails,
-// Savepoint reports it, and still rolls back so that tx goes on.
-func TestSavepointFnSwallowedError(t *testing.T) {
-	t.Parallel()
-	s, b := setup(t)
-	k := store.EventKey{Source: "s", ID: "kept"}
-	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		err := s.Savepoint(ctx, tx, func(ctx context.Context) error {
-			_, _ = tx.Exec(ctx, `SELECT 1/0`)
-			return nil
-		})
-		if err == nil {
-			t.Error("Savepoint after a swallowed failure: no error")
-		}
-		_, _, err = s.RecordEventTx(ctx, tx, k, start)
-		return err
-	})
-	if inboxStatus(t, b.pool, k) != 1 {
-		t.Fatal("the transaction did not go on")
-	}
-}
-
-// Savepoints that failed leave no savepoint open behind them (pgx's nested
-// transactions would), so later ones do not nest ever deeper.
-func TestSavepointLeavesNoneOpen(t *testing.T) {
-	t.Parallel()
-	s, _ := setup(t)
-	errFail := errors.New("fail")
-	err := s.InTx(context.Background(), func(ctx context.Context, tx pgx.Tx) error {
-		for range 3 {
-			if err := s.Savepoint(ctx, tx, func(context.Context) error { return errFail }); !errors.Is(err, errFail) {
-				t.Errorf("Savepoint = %v", err)
-			}
-		}
-		if err := s.Savepoint(ctx, tx, func(context.Context) error { return nil }); err != nil {
-			t.Errorf("Savepoint = %v", err)
-		}
-		_, err := tx.Exec(ctx, `RELEASE SAVEPOINT idem_savepoint`)
-		return err
-	})
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "3B001" { // invalid_savepoint_specification
-		t.Fatalf("releasing after the savepoints ended: %v, want 3B001 (none open)", err)
 	}
 }
 

@@ -40,19 +40,19 @@ var (
 	dropParkedSQL string
 	//go:embed sql/gap_record.sql
 	gapRecordSQL string
-	//go:embed sql/dead_letter.sql
+	//go:embed sql/dead_letter_insert.sql
 	deadLetterSQL string
-	//go:embed sql/take_dead_letter.sql
+	//go:embed sql/dead_letter_take.sql
 	takeDeadLetterSQL string
-	//go:embed sql/list_dead_letters.sql
+	//go:embed sql/dead_letters_list.sql
 	listDeadLettersSQL string
-	//go:embed sql/list_gaps.sql
+	//go:embed sql/gaps_list.sql
 	listGapsSQL string
-	//go:embed sql/list_stream_gaps.sql
+	//go:embed sql/gaps_list_stream.sql
 	listStreamGapsSQL string
 	//go:embed sql/overdue_streams.sql
 	overdueStreamsSQL string
-	//go:embed sql/sweep_inbox.sql
+	//go:embed sql/inbox_sweep.sql
 	sweepInboxSQL string
 
 	// The outbox's (outbox.go).

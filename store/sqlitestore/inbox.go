@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -25,7 +24,7 @@ var (
 	inboxStatusSQL string
 	//go:embed sql/inbox_sweep.sql
 	inboxSweepSQL string
-	//go:embed sql/stream_get.sql
+	//go:embed sql/stream_lock.sql
 	streamGetSQL string
 	//go:embed sql/stream_put.sql
 	streamPutSQL string
@@ -41,7 +40,7 @@ var (
 	gapsListStreamSQL string
 	//go:embed sql/gaps_sweep.sql
 	gapsSweepSQL string
-	//go:embed sql/overdue.sql
+	//go:embed sql/overdue_streams.sql
 	overdueSQL string
 	//go:embed sql/dead_letter_mark.sql
 	deadLetterMarkSQL string
@@ -56,78 +55,6 @@ var (
 )
 
 var _ store.InboxStore[*sql.Tx] = (*Store)(nil)
-
-// savepoints numbers the savepoints of every Store in the process, so that
-// each has its own name and nested ones never release or roll back to
-// another's.
-var savepoints atomic.Uint64
-
-// Savepoint implements store.InboxStore: SAVEPOINT before fn, RELEASE
-// after it, and ROLLBACK TO (then RELEASE) when fn returns an error,
-// panics or exits its goroutine, so that only fn's writes are undone and
-// tx stays usable. Savepoints nest.
-//
-// When the savepoint itself cannot be released or rolled back to, fn's
-// writes could otherwise commit with the rest of tx: Savepoint then rolls
-// the whole of tx back (every later statement and the commit fail) and
-// returns an error saying so.
-func (s *Store) Savepoint(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) (err error) {
-	if tx == nil {
-		return errors.New("sqlitestore: savepoint: tx is nil")
-	}
-	name := "idem_sp_" + strconv.FormatUint(savepoints.Add(1), 10)
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
-		return fmt.Errorf("sqlitestore: savepoint: %w", interpretError(err))
-	}
-	// The undo runs even when ctx is done: fn's writes must not stay in
-	// tx. (When tx's own context is done, database/sql has rolled it back
-	// already.)
-	undoCtx := context.WithoutCancel(ctx)
-	finished := false
-	defer func() {
-		if finished {
-			return
-		}
-		// fn panicked or called runtime.Goexit: undo its writes and let
-		// the panic go on.
-		if rbErr := s.rollbackTo(undoCtx, tx, name); rbErr != nil {
-			s.logger.Error("sqlitestore: savepoint: undoing after a panic failed; the transaction was rolled back", "error", rbErr)
-		}
-	}()
-
-	fnErr := fn(ctx)
-	finished = true
-	if fnErr != nil {
-		if rbErr := s.rollbackTo(undoCtx, tx, name); rbErr != nil {
-			return errors.Join(fnErr, fmt.Errorf("sqlitestore: savepoint: undoing fn's writes failed, so the whole transaction was rolled back: %w", rbErr))
-		}
-		return fnErr
-	}
-	if _, err := tx.ExecContext(undoCtx, "RELEASE "+name); err != nil {
-		s.abandon(tx)
-		return fmt.Errorf("sqlitestore: savepoint: release failed, so the whole transaction was rolled back: %w", interpretError(err))
-	}
-	return nil
-}
-
-// rollbackTo undoes the writes since savepoint name and releases it. When
-// that fails it rolls back all of tx, so that the writes can never commit.
-func (s *Store) rollbackTo(ctx context.Context, tx *sql.Tx, name string) error {
-	for _, stmt := range []string{"ROLLBACK TO " + name, "RELEASE " + name} {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			s.abandon(tx)
-			return interpretError(err)
-		}
-	}
-	return nil
-}
-
-// abandon rolls tx back after a savepoint failed.
-func (s *Store) abandon(tx *sql.Tx) {
-	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-		s.logger.Error("sqlitestore: rollback failed", "error", err)
-	}
-}
 
 // RecordEventTx implements store.InboxStore: an INSERT that does nothing
 // on a conflict, then, when it inserted nothing, a read of the row's

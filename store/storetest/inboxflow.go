@@ -53,7 +53,7 @@ func (a *flowApply[TX]) apply(ctx context.Context, tx TX, ev event.Event) error 
 	n := a.calls[ev.ID]
 	a.mu.Unlock()
 	// The effect is written first, so that a failure after it proves the
-	// savepoint or the rollback undoes it.
+	// rollback undoes it.
 	if err := a.ledger.Charge(ctx, tx, ev.Subject+"/"+strconv.FormatInt(ev.Sequence, 10)); err != nil {
 		return err
 	}
