@@ -44,7 +44,7 @@ var layers = []struct {
 	layer layer
 	pkgs  []string
 }{
-	{command, []string{"cmd/...", "internal/cli/...", "internal/webhookcmd", "internal/loadtest"}},
+	{command, []string{"cmd/...", "internal/cli/...", "internal/loadtest"}},
 	{surface, []string{"httpidem", "proxy", "webhook"}},
 	{concern, []string{"key", "inbox", "order", "outbox", "keytemplate", "execution", "workflow"}},
 	{wire, []string{"event", "signature", "problem"}},

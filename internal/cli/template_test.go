@@ -3,35 +3,17 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/idemhq/idem/internal/webhookcmd"
 )
 
-// runStdin runs the idem command in-process with stdin, as Main does (Main
-// takes no stdin: the real process's is cobra's default): the same root,
-// the error on stderr and the same mapping to an exit code.
+// runStdin runs the idem command in-process with stdin (Main takes none:
+// the real process's is cobra's default).
 func runStdin(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	root := newRoot()
-	root.SetArgs(args)
-	root.SetIn(strings.NewReader(stdin))
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	err := root.ExecuteContext(context.Background())
-	if err == nil {
-		return 0, out.String(), errOut.String()
-	}
-	fmt.Fprintln(&errOut, "idem:", err)
-	var ue usageError
-	if errors.As(err, &ue) || webhookcmd.ExitCode(err) == 2 {
-		return 2, out.String(), errOut.String()
-	}
-	return 1, out.String(), errOut.String()
+	code, _ := execute(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
 }
 
 const seedIntent = `{"payload": {"order": {"id": "o-42"}}, "target": "payments"}`

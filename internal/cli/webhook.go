@@ -1,20 +1,6 @@
-// Package webhookcmd is the `idem webhook` command: sign a body, or verify
-// one, from the shell, with the idem or the Standard Webhooks scheme (see
-// package signature). It runs in-process: Command returns a cobra command
-// that reads stdin and writes through cmd.InOrStdin, OutOrStdout and
-// ErrOrStderr, and returns errors instead of exiting.
-//
-// Exit codes, as computed by ExitCode from the returned error:
-//
-//	0  signed, or verified
-//	1  verification failed: the error wraps signature.ErrMalformed,
-//	   ErrExpired or ErrBadSignature and says which (also stdin read errors)
-//	2  usage: bad or missing flags, an unknown scheme, a refused secret,
-//	   a --header that is not "Name: value" (the error wraps ErrUsage)
-package webhookcmd
+package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,31 +12,25 @@ import (
 	"github.com/idemhq/idem/signature"
 )
 
-// ErrUsage is wrapped by every error in how the command was called.
-var ErrUsage = errors.New("usage")
+// webhookMaxBody bounds the body `idem webhook` reads from stdin.
+const webhookMaxBody = 64 << 20
 
-// ExitCode maps an error returned by the command to the process exit code:
-// nil is 0, ErrUsage is 2, anything else (a failed verification) is 1.
-func ExitCode(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrUsage):
-		return 2
-	}
-	return 1
+// webhookUsagef is usagef for `idem webhook`, whose usage messages have
+// always begun with "usage: " (idem: usage: --secret is required).
+func webhookUsagef(format string, args ...any) error {
+	return usagef("usage: "+format, args...)
 }
 
-// maxBody bounds the body read from stdin.
-const maxBody = 64 << 20
-
-func usagef(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, args...)...)
-}
-
-// Command returns the `webhook` command with its `sign` and `verify`
-// subcommands.
-func Command() *cobra.Command {
+// newWebhookCmd is `idem webhook`: sign a body, or verify one, from the
+// shell, with the idem or the Standard Webhooks scheme (see package
+// signature). Exit codes:
+//
+//	0  signed, or verified
+//	1  verification failed: the error wraps signature.ErrMalformed,
+//	   ErrExpired or ErrBadSignature and says which (also stdin read errors)
+//	2  usage: bad or missing flags, an unknown scheme, a refused secret,
+//	   a --header that is not "Name: value"
+func newWebhookCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "webhook",
 		Short: "Sign or verify webhook bodies (idem and Standard Webhooks schemes)",
@@ -66,47 +46,51 @@ Secrets must be at least 16 bytes (after base64 decoding for standard).
 
 Exit codes: 0 ok, 1 verification failed (malformed, expired, bad signature),
 2 usage.`,
-		Args: noArgs,
+		Args: noWebhookArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usagef("missing subcommand: sign or verify (see idem webhook --help)")
+			return webhookUsagef("missing subcommand: sign or verify (see idem webhook --help)")
 		},
-		SilenceUsage:  true,
-		SilenceErrors: true,
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
-	cmd.AddCommand(newSignCmd(), newVerifyCmd())
+	// The subtree's flag errors keep the "usage: " prefix too.
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return webhookUsagef("%v", err) })
+	cmd.AddCommand(newWebhookSignCmd(), newWebhookVerifyCmd())
 	return cmd
 }
 
-func noArgs(_ *cobra.Command, args []string) error {
+func noWebhookArgs(_ *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usagef("unexpected argument %q", args[0])
+		return webhookUsagef("unexpected argument %q", args[0])
 	}
 	return nil
 }
 
-func parseScheme(s string) (signature.Scheme, error) {
+// parseScheme checks the --scheme and --secret flags that sign and verify
+// share.
+func parseScheme(s string, secrets []string) (signature.Scheme, error) {
 	switch sc := signature.Scheme(s); sc {
 	case signature.SchemeIdem, signature.SchemeStandard:
+		if len(secrets) == 0 {
+			return "", webhookUsagef("--secret is required")
+		}
 		return sc, nil
 	case "":
-		return "", usagef("--scheme is required: idem or standard")
+		return "", webhookUsagef("--scheme is required: idem or standard")
 	}
-	return "", usagef("--scheme %q: want idem or standard", s)
+	return "", webhookUsagef("--scheme %q: want idem or standard", s)
 }
 
-func readBody(cmd *cobra.Command) ([]byte, error) {
-	body, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxBody+1))
+func readWebhookBody(cmd *cobra.Command) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), webhookMaxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("read body from stdin: %w", err)
 	}
-	if len(body) > maxBody {
-		return nil, usagef("body on stdin is over %d bytes", maxBody)
+	if len(body) > webhookMaxBody {
+		return nil, webhookUsagef("body on stdin is over %d bytes", webhookMaxBody)
 	}
 	return body, nil
 }
 
-func newSignCmd() *cobra.Command {
+func newWebhookSignCmd() *cobra.Command {
 	var (
 		scheme  string
 		secrets []string
@@ -120,36 +104,33 @@ func newSignCmd() *cobra.Command {
 "Name: value" per line. Each --secret adds one signature (rotation).
 --id is the webhook-id of the standard scheme (default: a random msg_ id);
 --timestamp is in unix seconds (default: now).`,
-		Args: noArgs,
+		Args: noWebhookArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sc, err := parseScheme(scheme)
+			sc, err := parseScheme(scheme, secrets)
 			if err != nil {
 				return err
 			}
-			if len(secrets) == 0 {
-				return usagef("--secret is required")
-			}
 			if id != "" && sc != signature.SchemeStandard {
-				return usagef("--id applies only to --scheme standard")
+				return webhookUsagef("--id applies only to --scheme standard")
 			}
 			s, err := signature.NewSigner(sc, secrets, nil)
 			if err != nil {
-				return usagef("%v", err)
+				return webhookUsagef("%v", err)
 			}
 			opts := &signature.SignOpts{ID: id}
 			if cmd.Flags().Changed("timestamp") {
 				if unix < 0 || unix >= 1e12 {
-					return usagef("--timestamp %d: want unix seconds", unix)
+					return webhookUsagef("--timestamp %d: want unix seconds", unix)
 				}
 				opts.Timestamp = time.Unix(unix, 0)
 			}
-			body, err := readBody(cmd)
+			body, err := readWebhookBody(cmd)
 			if err != nil {
 				return err
 			}
 			h, err := s.Sign(body, opts)
 			if err != nil {
-				return usagef("%v", err)
+				return webhookUsagef("%v", err)
 			}
 			names := []string{signature.HeaderIdemSignature}
 			if sc == signature.SchemeStandard {
@@ -171,7 +152,7 @@ func newSignCmd() *cobra.Command {
 	return cmd
 }
 
-func newVerifyCmd() *cobra.Command {
+func newWebhookVerifyCmd() *cobra.Command {
 	var (
 		scheme    string
 		secrets   []string
@@ -187,26 +168,23 @@ func newVerifyCmd() *cobra.Command {
 Any of the --secret values may match (rotation). Exits 0 and prints "ok"
 when it verifies; otherwise exits 1 with the reason on stderr: malformed,
 expired (a genuine signature outside --tolerance of --now) or bad signature.`,
-		Args: noArgs,
+		Args: noWebhookArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sc, err := parseScheme(scheme)
+			sc, err := parseScheme(scheme, secrets)
 			if err != nil {
 				return err
-			}
-			if len(secrets) == 0 {
-				return usagef("--secret is required")
 			}
 			h := http.Header{}
 			for _, line := range headers {
 				name, value, ok := strings.Cut(line, ":")
 				name = strings.TrimSpace(name)
 				if !ok || name == "" || strings.ContainsAny(name, " \t") {
-					return usagef("--header %q: want 'Name: value'", line)
+					return webhookUsagef("--header %q: want 'Name: value'", line)
 				}
 				h.Add(name, strings.TrimSpace(value))
 			}
 			if tolerance == 0 {
-				return usagef("--tolerance must be between %s and %s", signature.MinTolerance, signature.MaxTolerance)
+				return webhookUsagef("--tolerance must be between %s and %s", signature.MinTolerance, signature.MaxTolerance)
 			}
 			cfg := &signature.Config{Tolerance: tolerance}
 			if cmd.Flags().Changed("now") {
@@ -215,9 +193,9 @@ expired (a genuine signature outside --tolerance of --now) or bad signature.`,
 			}
 			v, err := signature.NewVerifier(sc, secrets, cfg)
 			if err != nil {
-				return usagef("%v", err)
+				return webhookUsagef("%v", err)
 			}
-			body, err := readBody(cmd)
+			body, err := readWebhookBody(cmd)
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package webhookcmd
+package cli
 
 import (
 	"bytes"
@@ -13,41 +13,30 @@ import (
 )
 
 const (
-	idemSecret = "cli-test-secret-0123456789"
-	idemOther  = "cli-other-secret-abcdefghij"
-	stdSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // the shared vector's
-	stdOther   = "whsec_c3RhbmRhcmQtb3RoZXIta2V5LTAxMjM0NTY3"
-	body       = `{"id":"evt_1","sequence":7,"status":"PAID"}`
+	idemSecret  = "cli-test-secret-0123456789"
+	idemOther   = "cli-other-secret-abcdefghij"
+	stdSecret   = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // the shared vector's
+	stdOther    = "whsec_c3RhbmRhcmQtb3RoZXIta2V5LTAxMjM0NTY3"
+	webhookBody = `{"id":"evt_1","sequence":7,"status":"PAID"}`
 )
 
-type result struct {
+type webhookResult struct {
 	stdout, stderr string
 	err            error
 	code           int
 }
 
-// run executes the command in-process as cli.Main does: the error goes to
-// stderr and becomes the exit code.
-func run(t *testing.T, stdin string, args ...string) result {
+// runWebhook runs `idem webhook args...` in-process with stdin, as Main
+// does, keeping the error the exit code comes from.
+func runWebhook(t *testing.T, stdin string, args ...string) webhookResult {
 	t.Helper()
 	var out, errb bytes.Buffer
-	cmd := Command()
-	if args == nil {
-		args = []string{} // nil would make cobra read os.Args
-	}
-	cmd.SetArgs(args)
-	cmd.SetIn(strings.NewReader(stdin))
-	cmd.SetOut(&out)
-	cmd.SetErr(&errb)
-	err := cmd.ExecuteContext(context.Background())
-	if err != nil {
-		fmt.Fprintln(&errb, "idem:", err)
-	}
-	return result{out.String(), errb.String(), err, ExitCode(err)}
+	code, err := execute(context.Background(), append([]string{"webhook"}, args...), strings.NewReader(stdin), &out, &errb)
+	return webhookResult{out.String(), errb.String(), err, code}
 }
 
-// headerFlags turns sign's output into verify's --header flags.
-func headerFlags(signOut string) []string {
+// webhookHeaderFlags turns sign's output into verify's --header flags.
+func webhookHeaderFlags(signOut string) []string {
 	var args []string
 	for line := range strings.Lines(signOut) {
 		args = append(args, "--header", strings.TrimSuffix(line, "\n"))
@@ -55,27 +44,27 @@ func headerFlags(signOut string) []string {
 	return args
 }
 
-func secretFor(scheme string) (string, string) {
+func webhookSecrets(scheme string) (string, string) {
 	if scheme == "idem" {
 		return idemSecret, idemOther
 	}
 	return stdSecret, stdOther
 }
 
-func TestRoundTrip(t *testing.T) {
+func TestWebhookRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, scheme := range []string{"idem", "standard"} {
 		t.Run(scheme, func(t *testing.T) {
 			t.Parallel()
-			secret, other := secretFor(scheme)
+			secret, other := webhookSecrets(scheme)
 
 			t.Run("Now", func(t *testing.T) {
 				t.Parallel()
-				s := run(t, body, "sign", "--scheme", scheme, "--secret", secret)
+				s := runWebhook(t, webhookBody, "sign", "--scheme", scheme, "--secret", secret)
 				if s.code != 0 {
 					t.Fatalf("sign: %d %s", s.code, s.stderr)
 				}
-				v := run(t, body, append([]string{"verify", "--scheme", scheme, "--secret", secret}, headerFlags(s.stdout)...)...)
+				v := runWebhook(t, webhookBody, append([]string{"verify", "--scheme", scheme, "--secret", secret}, webhookHeaderFlags(s.stdout)...)...)
 				if v.code != 0 || v.stdout != "ok\n" {
 					t.Fatalf("verify: %d %q %s", v.code, v.stdout, v.stderr)
 				}
@@ -83,11 +72,11 @@ func TestRoundTrip(t *testing.T) {
 
 			t.Run("FixedTimeRotation", func(t *testing.T) {
 				t.Parallel()
-				s := run(t, body, "sign", "--scheme", scheme, "--secret", other, "--timestamp", "1700000000")
+				s := runWebhook(t, webhookBody, "sign", "--scheme", scheme, "--secret", other, "--timestamp", "1700000000")
 				if s.code != 0 {
 					t.Fatalf("sign: %d %s", s.code, s.stderr)
 				}
-				v := run(t, body, append([]string{"verify", "--scheme", scheme, "--secret", secret, "--secret", other, "--now", "1700000100"}, headerFlags(s.stdout)...)...)
+				v := runWebhook(t, webhookBody, append([]string{"verify", "--scheme", scheme, "--secret", secret, "--secret", other, "--now", "1700000100"}, webhookHeaderFlags(s.stdout)...)...)
 				if v.code != 0 {
 					t.Fatalf("verify: %d %s", v.code, v.stderr)
 				}
@@ -95,12 +84,12 @@ func TestRoundTrip(t *testing.T) {
 
 			t.Run("SignWithTwoSecrets", func(t *testing.T) {
 				t.Parallel()
-				s := run(t, body, "sign", "--scheme", scheme, "--secret", other, "--secret", secret)
+				s := runWebhook(t, webhookBody, "sign", "--scheme", scheme, "--secret", other, "--secret", secret)
 				if s.code != 0 {
 					t.Fatalf("sign: %d %s", s.code, s.stderr)
 				}
 				for _, sec := range []string{secret, other} {
-					v := run(t, body, append([]string{"verify", "--scheme", scheme, "--secret", sec}, headerFlags(s.stdout)...)...)
+					v := runWebhook(t, webhookBody, append([]string{"verify", "--scheme", scheme, "--secret", sec}, webhookHeaderFlags(s.stdout)...)...)
 					if v.code != 0 {
 						t.Fatalf("verify with one of two: %d %s", v.code, v.stderr)
 					}
@@ -110,9 +99,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-func TestSignOutput(t *testing.T) {
+func TestWebhookSignOutput(t *testing.T) {
 	t.Parallel()
-	s := run(t, `{"test": 2432232314}`, "sign", "--scheme", "standard", "--secret", stdSecret,
+	s := runWebhook(t, `{"test": 2432232314}`, "sign", "--scheme", "standard", "--secret", stdSecret,
 		"--id", "msg_p5jXN8AQM9LWM0D4loKWxJek", "--timestamp", "1614265330")
 	want := "webhook-id: msg_p5jXN8AQM9LWM0D4loKWxJek\n" +
 		"webhook-timestamp: 1614265330\n" +
@@ -120,40 +109,40 @@ func TestSignOutput(t *testing.T) {
 	if s.code != 0 || s.stdout != want {
 		t.Fatalf("sign = %d %q %s, want %q", s.code, s.stdout, s.stderr, want)
 	}
-	i := run(t, "", "sign", "--scheme", "idem", "--secret", idemSecret, "--timestamp", "1700000000")
+	i := runWebhook(t, "", "sign", "--scheme", "idem", "--secret", idemSecret, "--timestamp", "1700000000")
 	if i.code != 0 || !strings.HasPrefix(i.stdout, "Idem-Signature: t=1700000000,v1=") || strings.Count(i.stdout, "\n") != 1 {
 		t.Fatalf("sign idem = %d %q %s", i.code, i.stdout, i.stderr)
 	}
 }
 
-// TestSharedVector runs the Standard Webhooks shared vector through verify.
-func TestSharedVector(t *testing.T) {
+// TestWebhookSharedVector runs the Standard Webhooks shared vector through verify.
+func TestWebhookSharedVector(t *testing.T) {
 	t.Parallel()
 	args := []string{"verify", "--scheme", "standard", "--secret", stdSecret, "--now", "1614265330",
 		"--header", "webhook-id: msg_p5jXN8AQM9LWM0D4loKWxJek",
 		"--header", "webhook-timestamp: 1614265330",
 		"--header", "webhook-signature: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="}
-	if r := run(t, `{"test": 2432232314}`, args...); r.code != 0 {
+	if r := runWebhook(t, `{"test": 2432232314}`, args...); r.code != 0 {
 		t.Fatalf("shared vector: %d %s", r.code, r.stderr)
 	}
-	if r := run(t, `{"test": 2432232315}`, args...); r.code != 1 || !errors.Is(r.err, signature.ErrBadSignature) {
+	if r := runWebhook(t, `{"test": 2432232315}`, args...); r.code != 1 || !errors.Is(r.err, signature.ErrBadSignature) {
 		t.Fatalf("shared vector, body changed: %d %s", r.code, r.stderr)
 	}
 }
 
-func TestVerifyFailures(t *testing.T) {
+func TestWebhookVerifyFailures(t *testing.T) {
 	t.Parallel()
 	const at = 1_700_000_000
 	for _, scheme := range []string{"idem", "standard"} {
 		t.Run(scheme, func(t *testing.T) {
 			t.Parallel()
-			secret, other := secretFor(scheme)
+			secret, other := webhookSecrets(scheme)
 			signed := func(unix int64, sec string) []string {
-				s := run(t, body, "sign", "--scheme", scheme, "--secret", sec, "--timestamp", strconv.FormatInt(unix, 10))
+				s := runWebhook(t, webhookBody, "sign", "--scheme", scheme, "--secret", sec, "--timestamp", strconv.FormatInt(unix, 10))
 				if s.code != 0 {
 					t.Fatalf("sign: %s", s.stderr)
 				}
-				return headerFlags(s.stdout)
+				return webhookHeaderFlags(s.stdout)
 			}
 			good := signed(at, secret)
 			cases := []struct {
@@ -163,22 +152,22 @@ func TestVerifyFailures(t *testing.T) {
 				want    error
 				message string // on stderr
 			}{
-				{"Valid", body, good, nil, ""},
-				{"NoHeaders", body, nil, signature.ErrMalformed, "malformed"},
-				{"TimestampMilliseconds", body, milliseconds(scheme, good), signature.ErrMalformed, "milliseconds"},
-				{"BodyChangedOneByte", strings.Replace(body, "7", "8", 1), good, signature.ErrBadSignature, "bad signature"},
-				{"WrongSecret", body, signed(at, other), signature.ErrBadSignature, "bad signature"},
-				{"JustInsidePast", body, signed(at-300, secret), nil, ""},
-				{"JustOutsidePast", body, signed(at-301, secret), signature.ErrExpired, "expired"},
-				{"JustInsideFuture", body, signed(at+300, secret), nil, ""},
-				{"JustOutsideFuture", body, signed(at+301, secret), signature.ErrExpired, "expired"},
-				{"ToleranceFlag", body, append(signed(at-301, secret), "--tolerance", "10m"), nil, ""},
-				{"ShortToleranceFlag", body, append(signed(at-11, secret), "--tolerance", "10s"), signature.ErrExpired, "expired"},
+				{"Valid", webhookBody, good, nil, ""},
+				{"NoHeaders", webhookBody, nil, signature.ErrMalformed, "malformed"},
+				{"TimestampMilliseconds", webhookBody, webhookMilliseconds(scheme, good), signature.ErrMalformed, "milliseconds"},
+				{"BodyChangedOneByte", strings.Replace(webhookBody, "7", "8", 1), good, signature.ErrBadSignature, "bad signature"},
+				{"WrongSecret", webhookBody, signed(at, other), signature.ErrBadSignature, "bad signature"},
+				{"JustInsidePast", webhookBody, signed(at-300, secret), nil, ""},
+				{"JustOutsidePast", webhookBody, signed(at-301, secret), signature.ErrExpired, "expired"},
+				{"JustInsideFuture", webhookBody, signed(at+300, secret), nil, ""},
+				{"JustOutsideFuture", webhookBody, signed(at+301, secret), signature.ErrExpired, "expired"},
+				{"ToleranceFlag", webhookBody, append(signed(at-301, secret), "--tolerance", "10m"), nil, ""},
+				{"ShortToleranceFlag", webhookBody, append(signed(at-11, secret), "--tolerance", "10s"), signature.ErrExpired, "expired"},
 			}
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
-					r := run(t, tc.body, append([]string{"verify", "--scheme", scheme, "--secret", secret, "--now", strconv.Itoa(at)}, tc.args...)...)
+					r := runWebhook(t, tc.body, append([]string{"verify", "--scheme", scheme, "--secret", secret, "--now", strconv.Itoa(at)}, tc.args...)...)
 					if tc.want == nil {
 						if r.code != 0 {
 							t.Fatalf("exit %d: %s", r.code, r.stderr)
@@ -197,9 +186,9 @@ func TestVerifyFailures(t *testing.T) {
 	}
 }
 
-// milliseconds rewrites the timestamp of signed header flags into
+// webhookMilliseconds rewrites the timestamp of signed header flags into
 // milliseconds (the signature no longer matters: it is malformed first).
-func milliseconds(scheme string, flags []string) []string {
+func webhookMilliseconds(scheme string, flags []string) []string {
 	out := append([]string(nil), flags...)
 	for i, f := range out {
 		if scheme == "idem" {
@@ -211,7 +200,7 @@ func milliseconds(scheme string, flags []string) []string {
 	return out
 }
 
-func TestUsage(t *testing.T) {
+func TestWebhookUsage(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name string
@@ -245,8 +234,9 @@ func TestUsage(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r := run(t, body, tc.args...)
-			if r.code != 2 || !errors.Is(r.err, ErrUsage) || r.stderr == "" {
+			r := runWebhook(t, webhookBody, tc.args...)
+			var ue usageError
+			if r.code != 2 || !errors.As(r.err, &ue) || !strings.HasPrefix(r.stderr, "idem: usage: ") {
 				t.Fatalf("exit %d, err %v; want 2 with a usage error", r.code, r.err)
 			}
 			if strings.Contains(r.stderr, idemSecret) {
@@ -256,18 +246,21 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// TestExitCode: the one mapping from a command's error to the exit code.
 func TestExitCode(t *testing.T) {
 	t.Parallel()
 	for err, want := range map[error]int{
-		nil:                        0,
-		usagef("x"):                2,
-		signature.ErrMalformed:     1,
-		signature.ErrExpired:       1,
-		signature.ErrBadSignature:  1,
-		errors.New("stdin closed"): 1,
+		nil:                0,
+		usagef("x"):        2,
+		webhookUsagef("x"): 2,
+		fmt.Errorf("run: %w", usageError{errors.New("x")}): 2,
+		signature.ErrMalformed:                             1,
+		signature.ErrExpired:                               1,
+		signature.ErrBadSignature:                          1,
+		errors.New("stdin closed"):                         1,
 	} {
-		if got := ExitCode(err); got != want {
-			t.Errorf("ExitCode(%v) = %d, want %d", err, got, want)
+		if got := exitCode(err); got != want {
+			t.Errorf("exitCode(%v) = %d, want %d", err, got, want)
 		}
 	}
 }
