@@ -71,6 +71,6 @@ func Example() {
 	// attempt 1: Executed {"charge":"ch_o-42","status":"succeeded"}
 	// attempt 2: Replayed {"charge":"ch_o-42","status":"succeeded"}
 	// attempt 3: Replayed {"charge":"ch_o-42","status":"succeeded"}
-	// other body: idem: key reused with a different request
+	// other body: key: key reused with a different request
 	// ledger rows: 1
 }

@@ -92,15 +92,15 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	switch {
 	case c.Lease < time.Millisecond || c.Lease > MaxLease:
-		return fmt.Errorf("key: Config.Lease %v out of range [1ms, %v]", c.Lease, MaxLease)
+		return fmt.Errorf("%w: Config.Lease %v out of range [1ms, %v]", ErrBadConfig, c.Lease, MaxLease)
 	case c.Retention < c.Lease || c.Retention > MaxRetention:
-		return fmt.Errorf("key: Config.Retention %v out of range [Lease=%v, %v]", c.Retention, c.Lease, MaxRetention)
+		return fmt.Errorf("%w: Config.Retention %v out of range [Lease=%v, %v]", ErrBadConfig, c.Retention, c.Lease, MaxRetention)
 	case c.Heartbeat > 0 && c.Heartbeat >= c.Lease:
-		return fmt.Errorf("key: Config.Heartbeat %v must be shorter than Lease %v", c.Heartbeat, c.Lease)
+		return fmt.Errorf("%w: Config.Heartbeat %v must be shorter than Lease %v", ErrBadConfig, c.Heartbeat, c.Lease)
 	case c.UnknownHold < time.Millisecond || c.UnknownHold > MaxLease:
-		return fmt.Errorf("key: Config.UnknownHold %v out of range [1ms, %v]", c.UnknownHold, MaxLease)
+		return fmt.Errorf("%w: Config.UnknownHold %v out of range [1ms, %v]", ErrBadConfig, c.UnknownHold, MaxLease)
 	case c.RecordTimeout < time.Millisecond || c.RecordTimeout > c.Retention:
-		return fmt.Errorf("key: Config.RecordTimeout %v out of range [1ms, Retention=%v]", c.RecordTimeout, c.Retention)
+		return fmt.Errorf("%w: Config.RecordTimeout %v out of range [1ms, Retention=%v]", ErrBadConfig, c.RecordTimeout, c.Retention)
 	}
 	return nil
 }
@@ -298,7 +298,7 @@ func (g *Guard) heartbeat(ctx context.Context, c *claim) (context.Context, func(
 			cancel(ErrFenced)
 			return
 		case err != nil:
-			g.cfg.Logger.WarnContext(ctx, "idem: lease extension failed", "epoch", c.fence.Epoch, "err", err)
+			g.cfg.Logger.WarnContext(ctx, "key: lease extension failed", "epoch", c.fence.Epoch, "err", err)
 		default:
 			c.extended(g.cfg.Lease)
 		}
@@ -332,7 +332,7 @@ func (g *Guard) fail(ctx context.Context, c *claim, ferr error) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := mark(wctx); err != nil && !errors.Is(err, store.ErrFenced) {
-		g.cfg.Logger.WarnContext(ctx, "idem: marking outcome unknown failed; still trying, the key stays held",
+		g.cfg.Logger.WarnContext(ctx, "key: marking outcome unknown failed; still trying, the key stays held",
 			"epoch", c.fence.Epoch, "err", err)
 		g.keepRecording(c, "mark unknown", mark, g.cfg.UnknownHold)
 		return ferr
@@ -349,7 +349,7 @@ func (g *Guard) release(ctx context.Context, c *claim) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := g.store.Release(ctx, c.fence); err != nil {
-		g.cfg.Logger.WarnContext(ctx, "idem: release failed; the key frees when its lease ends",
+		g.cfg.Logger.WarnContext(ctx, "key: release failed; the key frees when its lease ends",
 			"epoch", c.fence.Epoch, "err", err)
 	}
 }

@@ -2,7 +2,10 @@ package key
 
 import (
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/idemhq/idem/store"
 )
 
 // Outcome says what Do did with a request.
@@ -57,33 +60,37 @@ type Result struct {
 // Sentinel errors, matched with errors.Is.
 var (
 	// ErrInFlight is returned with Outcome InFlight.
-	ErrInFlight = errors.New("idem: request with this key is in flight")
+	ErrInFlight = errors.New("key: request with this key is in flight")
 	// ErrOutcomeUnknown is returned with Outcome Unknown. An operation
 	// returns an error wrapping it (see MarkUnknown) to say that it cannot
 	// tell whether it took effect: the claim is then kept until its lease
 	// ends instead of being released.
-	ErrOutcomeUnknown = errors.New("idem: outcome of the first attempt is unknown")
+	ErrOutcomeUnknown = errors.New("key: outcome of the first attempt is unknown")
 	// ErrConflict is returned with Outcome Conflict.
-	ErrConflict = errors.New("idem: key reused with a different request")
+	ErrConflict = errors.New("key: key reused with a different request")
 	// ErrUnavailable is returned with Outcome Unavailable, and wraps the
 	// store's error.
-	ErrUnavailable = errors.New("idem: store unavailable")
+	ErrUnavailable = errors.New("key: store unavailable")
 	// ErrInvalidScope is returned when a Scope fails Validate; nothing is
 	// stored.
-	ErrInvalidScope = errors.New("idem: invalid scope")
+	ErrInvalidScope = errors.New("key: invalid scope")
 	// ErrInvalidRequest is returned for a request without a fingerprint.
-	ErrInvalidRequest = errors.New("idem: invalid request")
+	ErrInvalidRequest = errors.New("key: invalid request")
 	// ErrFenced is returned when the operation ran but its claim was taken
 	// over meanwhile (its lease ended), so its result was not recorded. In
 	// a transaction (TxGuard) the business writes were rolled back too.
-	ErrFenced = errors.New("idem: claim lost to a newer owner")
+	// It wraps store.ErrFenced, so either sentinel matches.
+	ErrFenced = fmt.Errorf("key: claim lost to a newer owner: %w", store.ErrFenced)
+	// ErrBadConfig is wrapped by the error of New, NewTx and RunSweeper when
+	// a Config field is out of range; the message names the field.
+	ErrBadConfig = errors.New("key: bad config")
 	// ErrRecording is wrapped (next to ErrUnavailable) in Do's error when the
 	// operation ran but the store did not take its outcome: the guard keeps
 	// the key held and keeps trying in the background (Config.RecordTimeout),
 	// so a retry after the store recovers gets the replay. Result.Response
 	// holds the operation's response; do not acknowledge it to a client
 	// that would not retry.
-	ErrRecording = errors.New("idem: outcome not recorded yet; still trying")
+	ErrRecording = errors.New("key: outcome not recorded yet; still trying")
 )
 
 // MarkUnknown wraps err so that Do keeps the claim until its lease ends

@@ -116,9 +116,9 @@ func (g *Guard) checkLocal(ctx context.Context, key string, fp Fingerprint) (res
 	// Unknown), never a second run.
 	switch err := h.write(ctx); {
 	case err == nil:
-		g.cfg.Logger.InfoContext(ctx, "idem: outcome recorded after the store recovered (by a retry)")
+		g.cfg.Logger.InfoContext(ctx, "key: outcome recorded after the store recovered (by a retry)")
 	case errors.Is(err, store.ErrFenced):
-		g.cfg.Logger.WarnContext(ctx, "idem: outcome not recorded by a retry: it landed earlier, or the key was taken over meanwhile")
+		g.cfg.Logger.WarnContext(ctx, "key: outcome not recorded by a retry: it landed earlier, or the key was taken over meanwhile")
 	default:
 		return Result{Outcome: Unavailable}, fmt.Errorf("%w: %w: recording the first attempt's outcome: %w", ErrUnavailable, ErrRecording, err), true
 	}
@@ -159,7 +159,7 @@ func (g *Guard) keepRecording(c *claim, what string, write func(context.Context)
 				return
 			}
 			if time.Now().After(deadline) {
-				g.cfg.Logger.Error("idem: gave up recording an outcome; the key frees when its lease ends and a retry may run the operation again",
+				g.cfg.Logger.Error("key: gave up recording an outcome; the key frees when its lease ends and a retry may run the operation again",
 					"what", what, "epoch", c.fence.Epoch, "attempts", attempt, "after", g.cfg.RecordTimeout)
 				h.mu.Lock()
 				h.settle()
@@ -185,7 +185,7 @@ func (g *Guard) recordOnce(c *claim, h *held, what string, lease time.Duration, 
 	err := h.write(ctx)
 	switch {
 	case err == nil:
-		g.cfg.Logger.Info("idem: outcome recorded after the store recovered", "what", what, "epoch", c.fence.Epoch, "attempts", attempt)
+		g.cfg.Logger.Info("key: outcome recorded after the store recovered", "what", what, "epoch", c.fence.Epoch, "attempts", attempt)
 	case errors.Is(err, store.ErrFenced):
 		// Either an earlier attempt landed although its answer was lost, or
 		// the key was taken over after the lease ended. The record says.
@@ -193,7 +193,7 @@ func (g *Guard) recordOnce(c *claim, h *held, what string, lease time.Duration, 
 		if gerr == nil && rec.Epoch == c.fence.Epoch && rec.Owner == c.fence.Owner {
 			break
 		}
-		g.cfg.Logger.Warn("idem: outcome not recorded: the key was taken over meanwhile", "what", what, "epoch", c.fence.Epoch)
+		g.cfg.Logger.Warn("key: outcome not recorded: the key was taken over meanwhile", "what", what, "epoch", c.fence.Epoch)
 	default:
 		// Keep the store's lease alive whenever it answers at all; a
 		// fenced extension means our write landed or the key was taken

@@ -57,16 +57,16 @@ func RunSweeper(ctx context.Context, s store.Store, cfg *SweeperConfig) error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Interval < 0 || c.BatchSize < 0 {
-		return fmt.Errorf("key: SweeperConfig.Interval %v and BatchSize %d must be positive", c.Interval, c.BatchSize)
+		return fmt.Errorf("%w: SweeperConfig.Interval %v and BatchSize %d must be positive", ErrBadConfig, c.Interval, c.BatchSize)
 	}
 	t := time.NewTicker(c.Interval)
 	defer t.Stop()
 	for {
 		n, err := Sweep(ctx, s, c.BatchSize)
 		if err != nil && ctx.Err() == nil {
-			c.Logger.WarnContext(ctx, "idem: sweep failed", "deleted", n, "err", err)
+			c.Logger.WarnContext(ctx, "key: sweep failed", "deleted", n, "err", err)
 		} else if n > 0 {
-			c.Logger.DebugContext(ctx, "idem: swept expired keys", "deleted", n)
+			c.Logger.DebugContext(ctx, "key: swept expired keys", "deleted", n)
 		}
 		select {
 		case <-ctx.Done():

@@ -209,7 +209,7 @@ func TestRun(t *testing.T) {
 		`(?m)^   final answers:  Executed 1, Replayed 15$`,
 		`(?m)^   response:       \{"charge_id":"ch_1","order":"o-42","amount":1000,"status":"succeeded"\}$`,
 		`(?m)^   byte-identical: 16 of 16 final responses$`,
-		`(?m)^   answer: Conflict \(idem: key reused with a different request\)$`,
+		`(?m)^   answer: Conflict \(key: key reused with a different request\)$`,
 		`(?m)^   after-claim +charge-o-43 +SIGKILL +(InFlight → )*Executed +2 +1$`,
 		`(?m)^   after-write +charge-o-44 +SIGKILL +(InFlight → )*Executed +2 +1$`,
 		`(?m)^   after-commit +charge-o-45 +SIGKILL +Replayed +1 +1$`,
