@@ -22,6 +22,10 @@
 // The sending side renders an [Event] with [ToHTTP] in [Binary] or
 // [Structured] mode, signs the body, and posts it.
 //
+// An event at rest (the inbox's parked events and dead letters) is the body
+// of structured mode: [Encode] writes it and [Decode] reads it back, with
+// the same checks and no HTTP request.
+//
 // FromHTTP accepts specversion 1.0 only (0.3 and anything else are
 // [ErrMalformed]), requires a non-empty id, source and type (the SDK's
 // Validate), refuses batched mode, a repeated ce-* header, and in structured

@@ -75,6 +75,14 @@ func ToHTTP(ev Event, mode Mode) (http.Header, []byte, error) {
 	return req.Header, body, nil
 }
 
+// Encode renders ev as structured-mode CloudEvents JSON, the body [ToHTTP]
+// sends in [Structured] mode: the form in which idem stores an event
+// (parked events, dead letters). [Decode] reads it back.
+func Encode(ev Event) ([]byte, error) {
+	_, body, err := ToHTTP(ev, Structured)
+	return body, err
+}
+
 // toSDK builds the SDK event from ev's fields.
 func (ev Event) toSDK() ce.Event {
 	e := ce.New(ce.CloudEventsVersionV1)

@@ -9,8 +9,8 @@ import (
 	ce "github.com/cloudevents/sdk-go/v2/event"
 )
 
-// Sentinel errors returned by [FromHTTP] and [ToHTTP]; match them with
-// errors.Is. The wrapping message names the offending attribute.
+// Sentinel errors returned by [FromHTTP], [ToHTTP], [Decode] and [Encode];
+// match them with errors.Is. The wrapping message names the offending attribute.
 var (
 	// ErrMalformed is returned when the request is not a CloudEvent in binary
 	// or structured mode, or when an attribute is missing or invalid
@@ -73,7 +73,7 @@ func (e Event) Stream() Stream { return Stream{Source: e.Source, Subject: e.Subj
 
 // SDK returns the event as the CloudEvents SDK represents it: a clone of the
 // parsed event (with every attribute and extension the sender set) when e
-// came from [FromHTTP], otherwise one built from e's fields.
+// came from [FromHTTP] or [Decode], otherwise one built from e's fields.
 func (e Event) SDK() ce.Event {
 	if e.sdk != nil {
 		return e.sdk.Clone()

@@ -320,6 +320,53 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// Encode and Decode are structured mode without a request: Decode reads
+// what Encode wrote exactly as FromHTTP reads the same body.
+func TestEncodeDecode(t *testing.T) {
+	t.Parallel()
+	for name, in := range map[string]event.Event{
+		"Binary":     {ID: "b", Source: "urn:x", Type: "blob", Sequence: 1, DataContentType: "application/octet-stream", Data: []byte{0, 0xff, '"', '\n'}},
+		"Execution":  {ID: "e", Source: "urn:x", Type: "t", Subject: "s", Sequence: 5, ExecutionID: "exec-2", Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)},
+		"NoSequence": {ID: "n", Source: "urn:x", Type: "t"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b, err := event.Encode(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, body, err := event.ToHTTP(in, event.Structured)
+			if err != nil || !bytes.Equal(b, body) {
+				t.Fatalf("Encode = %s; ToHTTP structured = %s, %v", b, body, err)
+			}
+			out, err := event.Decode(b)
+			if err != nil {
+				t.Fatalf("Decode: %v\n%s", err, b)
+			}
+			assertEqual(t, out, in)
+			r, _ := structuredRequest(string(b))
+			viaHTTP, err := event.FromHTTP(r, b, &event.Config{AllowMissingSequence: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertEqual(t, viaHTTP, out)
+		})
+	}
+	for name, c := range map[string]struct {
+		body string
+		want error
+	}{
+		"NotJSON":        {`{not json`, event.ErrMalformed},
+		"Spec03":         {`{"specversion":"0.3","id":"1","source":"urn:x","type":"t"}`, event.ErrMalformed},
+		"NoID":           {`{"specversion":"1.0","source":"urn:x","type":"t"}`, event.ErrMalformed},
+		"SequenceNumber": {`{"specversion":"1.0","id":"1","source":"urn:x","type":"t","sequence":1.5}`, event.ErrBadSequence},
+	} {
+		if _, err := event.Decode([]byte(c.body)); !errors.Is(err, c.want) {
+			t.Errorf("Decode %s: %v; want %v", name, err, c.want)
+		}
+	}
+}
+
 func TestToHTTPStructuredWireFormat(t *testing.T) {
 	t.Parallel()
 	_, body, err := event.ToHTTP(event.Event{ID: "1", Source: "urn:x", Type: "t", Sequence: 8, DataContentType: "application/json", Data: []byte(`{"a":1}`)}, event.Structured)

@@ -2,6 +2,7 @@ package event
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,13 +38,34 @@ func FromHTTP(r *http.Request, body []byte, cfg *Config) (Event, error) {
 	if r == nil {
 		return Event{}, fmt.Errorf("%w: nil request", ErrMalformed)
 	}
-	msg := cehttp.NewMessage(r.Header, io.NopCloser(bytes.NewReader(body)))
+	ev, err := parse(r.Context(), r.Header, body, cfg.AllowMissingSequence)
+	if err != nil {
+		return Event{}, err
+	}
+	if cfg.Owner != nil && !cfg.Owner(r, ev) {
+		return Event{}, fmt.Errorf("%w: source %q (subject %q, id %q)", ErrNotOwned, ev.Source, ev.Subject, ev.ID)
+	}
+	return ev, nil
+}
+
+// Decode parses an event that [Encode] wrote: structured-mode CloudEvents
+// JSON, with the checks of [FromHTTP]. A missing sequence is accepted
+// (Sequence 0), since Encode omits a zero one; ownership, which belongs to
+// the request that delivered the event, is not checked.
+func Decode(b []byte) (Event, error) {
+	h := http.Header{"Content-Type": {ce.ApplicationCloudEventsJSON}}
+	return parse(context.Background(), h, b, true)
+}
+
+// parse reads the event carried by header and body; see FromHTTP.
+func parse(ctx context.Context, header http.Header, body []byte, allowMissingSequence bool) (Event, error) {
+	msg := cehttp.NewMessage(header, io.NopCloser(bytes.NewReader(body)))
 	defer func() { _ = msg.Finish(nil) }()
 
 	var raw map[string]json.RawMessage // structured mode only: the body's top-level members
 	switch msg.ReadEncoding() {
 	case binding.EncodingBinary:
-		if err := checkBinaryHeaders(r.Header); err != nil {
+		if err := checkBinaryHeaders(header); err != nil {
 			return Event{}, err
 		}
 	case binding.EncodingStructured:
@@ -52,15 +74,15 @@ func FromHTTP(r *http.Request, body []byte, cfg *Config) (Event, error) {
 			return Event{}, err
 		}
 	case binding.EncodingBatch:
-		return Event{}, fmt.Errorf("%w: batched mode (%s) is not accepted: send one event per request", ErrMalformed, r.Header.Get("Content-Type"))
+		return Event{}, fmt.Errorf("%w: batched mode (%s) is not accepted: send one event per request", ErrMalformed, header.Get("Content-Type"))
 	default:
-		if sv := r.Header.Get("Ce-Specversion"); sv != "" {
+		if sv := header.Get("Ce-Specversion"); sv != "" {
 			return Event{}, fmt.Errorf("%w: specversion %q: only 1.0 is accepted", ErrMalformed, sv)
 		}
 		return Event{}, fmt.Errorf("%w: specversion: missing (neither a ce-specversion header nor Content-Type application/cloudevents+json)", ErrMalformed)
 	}
 
-	sdk, err := binding.ToEvent(r.Context(), msg)
+	sdk, err := binding.ToEvent(ctx, msg)
 	if err != nil {
 		if raw != nil {
 			if rerr := explainStructured(raw); rerr != nil {
@@ -90,7 +112,7 @@ func FromHTTP(r *http.Request, body []byte, cfg *Config) (Event, error) {
 	if ev.Sequence, err = sequenceOf(exts[ExtSequence], raw); err != nil {
 		return Event{}, err
 	}
-	if ev.Sequence == 0 && !cfg.AllowMissingSequence {
+	if ev.Sequence == 0 && !allowMissingSequence {
 		return Event{}, fmt.Errorf("%w: sequence: missing (binary mode: header ce-sequence; structured mode: member \"sequence\")", ErrBadSequence)
 	}
 	if v, ok := exts[ExtExecutionID]; ok {
@@ -99,9 +121,6 @@ func FromHTTP(r *http.Request, body []byte, cfg *Config) (Event, error) {
 			return Event{}, fmt.Errorf("%w: executionid %v: must be a non-empty string", ErrMalformed, v)
 		}
 		ev.ExecutionID = s
-	}
-	if cfg.Owner != nil && !cfg.Owner(r, ev) {
-		return Event{}, fmt.Errorf("%w: source %q (subject %q, id %q)", ErrNotOwned, ev.Source, ev.Subject, ev.ID)
 	}
 	return ev, nil
 }

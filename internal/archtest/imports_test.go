@@ -132,8 +132,6 @@ var allowed = []exception{
 		"its relay delivers intents over HTTP: Target.URL, Config.Client, the response policy over status codes and Retry-After"},
 
 	// Debts, being removed.
-	{"inbox", "net/http",
-		"debt: Decode builds an http.Request to parse a stored event"},
 	{"webhook", module + "/httpidem",
 		"debt: only to write problems"},
 	{"examples/proxydemo", module + "/internal/loadtest",
