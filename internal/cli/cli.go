@@ -13,8 +13,6 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-
-	"github.com/idemhq/idem/internal/loadtest"
 )
 
 // Main runs the idem command with args (without the program name) and
@@ -76,7 +74,7 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newMigrateCmd())
 	root.AddCommand(newProxyCmd())
-	root.AddCommand(loadtest.Command())
+	root.AddCommand(newBenchCmd())
 	root.AddCommand(newWebhookCmd())
 	root.AddCommand(newInboxCmd())
 	root.AddCommand(newOutboxCmd())

@@ -1,5 +1,5 @@
-// Package loadtest is idem's load and chaos tool, the `idem bench` command
-// (Command):
+// Package loadtest is idem's load and chaos tool, the library behind the
+// `idem bench` command (whose flags are wired in internal/cli):
 //
 //   - a ledger (StartLedger, RunLedger): an HTTP upstream that records every
 //     effect, in memory and in an optional fsynced log, and that dedups on

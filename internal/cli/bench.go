@@ -1,4 +1,4 @@
-package loadtest
+package cli
 
 import (
 	"encoding/json"
@@ -6,10 +6,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/idemhq/idem/internal/loadtest"
 )
 
-// Command returns the bench command: ledger, run and check.
-func Command() *cobra.Command {
+// newBenchCmd is `idem bench`: ledger, run and check, the command face of
+// package loadtest.
+func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load and chaos tool: a ledger upstream, a load driver that records a history, and a checker",
@@ -27,12 +30,12 @@ verifies the history against the ledger (duplicated, lost and unexpected
 effects, replay fidelity, conflicts, isolation between principals, liveness,
 per-key linearizability) and exits non-zero on any violation.`,
 	}
-	cmd.AddCommand(ledgerCmd(), runCmd(), checkCmd())
+	cmd.AddCommand(newBenchLedgerCmd(), newBenchRunCmd(), newBenchCheckCmd())
 	return cmd
 }
 
-func ledgerCmd() *cobra.Command {
-	var c LedgerConfig
+func newBenchLedgerCmd() *cobra.Command {
+	var c loadtest.LedgerConfig
 	cmd := &cobra.Command{
 		Use:   "ledger",
 		Short: "Serve an upstream that records every effect (POST any path; GET /effects)",
@@ -48,7 +51,7 @@ loaded again at start. It prints "ledger listening on URL" (use port 0 for
 any free port) and runs until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return RunLedger(cmd.Context(), &c, cmd.OutOrStdout())
+			return loadtest.RunLedger(cmd.Context(), &c, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
@@ -63,8 +66,8 @@ any free port) and runs until interrupted.`,
 	return cmd
 }
 
-func runCmd() *cobra.Command {
-	var c RunConfig
+func newBenchRunCmd() *cobra.Command {
+	var c loadtest.RunConfig
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -82,7 +85,7 @@ With --retry-for, each client retries a request that is not terminal at once,
 for up to that long, before its next request, as a real client would.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := Run(cmd.Context(), &c)
+			rep, err := loadtest.Run(cmd.Context(), &c)
 			if rep != nil {
 				if asJSON {
 					enc := json.NewEncoder(cmd.OutOrStdout())
@@ -118,8 +121,8 @@ for up to that long, before its next request, as a real client would.`,
 	return cmd
 }
 
-func checkCmd() *cobra.Command {
-	var c CheckConfig
+func newBenchCheckCmd() *cobra.Command {
+	var c loadtest.CheckConfig
 	var maxViolations int
 	cmd := &cobra.Command{
 		Use:   "check",
@@ -136,7 +139,7 @@ stored response, indeterminate requests allowed both ways. With --proxied
 without any indeterminate outcome is a violation too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := Check(cmd.Context(), &c)
+			rep, err := loadtest.Check(cmd.Context(), &c)
 			if err != nil {
 				return err
 			}
