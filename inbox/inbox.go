@@ -166,8 +166,8 @@ type Config struct {
 	GapDeadline time.Duration
 	// Now is the clock for received times and gaps. Defaults to time.Now.
 	Now func() time.Time
-	// Logger receives gaps, dead letters and retries. Defaults to
-	// slog.Default().
+	// Logger receives gaps, dead letters and retries. Defaults to a logger
+	// that discards everything, as every idem package's does.
 	Logger *slog.Logger
 	// Registerer, when set, receives the processor's Prometheus metrics
 	// (idem_inbox_*: events by outcome, gaps by mode, compensations, dead
@@ -232,7 +232,7 @@ func New[TX any](s store.InboxStore[TX], apply ApplyFunc[TX], cfg *Config) (*Pro
 	}
 	log := c.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	m, err := newMetrics(c.Registerer)
 	if err != nil {

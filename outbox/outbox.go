@@ -143,7 +143,9 @@ type Config struct {
 	Client *http.Client
 	// Now is the relay's clock. Defaults to time.Now.
 	Now func() time.Time
-	// Logger defaults to slog.Default().
+	// Logger receives deliveries that failed, dead intents and disabled
+	// targets. Defaults to a logger that discards everything, as every idem
+	// package's does.
 	Logger *slog.Logger
 	// Registerer, when set, receives idem_outbox_* metrics.
 	Registerer prometheus.Registerer
@@ -197,7 +199,7 @@ func (c *Config) withDefaults() (Config, map[string]*Target, error) {
 		o.Now = time.Now
 	}
 	if o.Logger == nil {
-		o.Logger = slog.Default()
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -85,8 +85,8 @@ type Config struct {
 	// and idem_webhook_request_duration_seconds. The inbox's own metrics
 	// (outcomes, gaps) are registered by inbox.Config.Registerer.
 	Registerer prometheus.Registerer
-	// Logger receives rejected requests and errors. Defaults to
-	// slog.Default().
+	// Logger receives rejected requests and errors. Defaults to a logger
+	// that discards everything, as every idem package's does.
 	Logger *slog.Logger
 }
 
@@ -152,7 +152,7 @@ func New[TX any](p *inbox.Processor[TX], cfg *Config) (*Handler[TX], error) {
 	}
 	h := &Handler[TX]{p: p, cfg: c, log: c.Logger}
 	if h.log == nil {
-		h.log = slog.Default()
+		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_webhook_requests_total",
