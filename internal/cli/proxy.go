@@ -125,6 +125,15 @@ IDEM_MAX_BODY.`,
 	return cmd
 }
 
+// effectiveBudget is the memory budget the proxy enforces: --memory-budget
+// when given, else httpidem's default for these limits.
+func (f *proxyFlags) effectiveBudget() int64 {
+	if f.memoryBudget != 0 {
+		return int64(f.memoryBudget)
+	}
+	return max(httpidem.DefaultMemoryBudget, int64(f.maxBody+f.maxResponse))
+}
+
 // check validates the flags beyond their types.
 func (f *proxyFlags) check() (*url.URL, error) {
 	if f.upstream == "" {
@@ -242,7 +251,7 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 		"retention", f.retention, "lease", f.lease, "max_body", f.maxBody.String(), "max_response", f.maxResponse.String(),
 		"significant_headers", strings.Join(f.significantHeaders, ","), "upstream_timeout", f.upstreamTimeout,
 		"unknown_hold", f.unknownHold, "record_timeout", f.recordTimeout, "body_timeout", f.bodyTimeout,
-		"memory_budget", max(int64(f.memoryBudget), httpidem.DefaultMemoryBudget, int64(f.maxBody+f.maxResponse)),
+		"memory_budget", f.effectiveBudget(),
 	}
 	if adminLn != nil {
 		attrs = append(attrs, "admin", adminLn.Addr().String())
