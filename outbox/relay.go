@@ -190,9 +190,16 @@ func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) {
 	start := time.Now()
 	t := r.targets[in.Target]
 	var o outcome
-	if t == nil {
+	switch {
+	case t == nil:
 		o = outcome{kind: "dead", message: fmt.Sprintf("unknown target %q (not configured in this relay)", in.Target)}
-	} else {
+	case in.Attempts > r.cfg.MaxAttempts:
+		// Every claim spends an attempt, and the budget is checked when a
+		// failure is recorded; an intent whose relays died before recording
+		// anything would otherwise be claimed for ever.
+		o = outcome{kind: "dead", message: fmt.Sprintf("out of budget: claimed %d times, the last %d without a recorded result (relays died while delivering it)",
+			in.Attempts, in.Attempts-r.cfg.MaxAttempts)}
+	default:
 		o = r.attempt(ctx, t, in)
 	}
 	if ctx.Err() != nil && o.kind == "retry" {

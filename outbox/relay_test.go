@@ -467,3 +467,31 @@ func TestResultRecordedDuringShutdown(t *testing.T) {
 		t.Fatalf("after shutdown: %+v, want done", in)
 	}
 }
+
+// An intent whose relays die before they record anything still spends its
+// budget, one attempt per claim: past MaxAttempts it goes dead instead of
+// being claimed for ever, and is not sent again.
+func TestBudgetSpentByDyingRelays(t *testing.T) {
+	ctx := t.Context()
+	f := newFixture()
+	tg := newTarget(t, false)
+	r := f.relay(t, []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: orderKey("charge-")}}, func(c *outbox.Config) { c.MaxAttempts = 2 })
+	id := f.enqueue(t, r, charge("o-1"))
+	for i := range 2 { // two relays claim it and die: no result recorded
+		claimed, err := f.s.ClaimIntents(ctx, store.OutboxClaim{Owner: "dying-" + strconv.Itoa(i), Now: f.clock.Now(), Lease: time.Second, Limit: 1})
+		if err != nil || len(claimed) != 1 {
+			t.Fatalf("claim %d: %v %v", i, claimed, err)
+		}
+		f.clock.Advance(2 * time.Second)
+	}
+	if _, err := r.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	in := f.get(t, id)
+	if in.State != store.IntentDead || !strings.Contains(in.LastError, "out of budget") {
+		t.Fatalf("state %v (%q), want dead out of budget", in.State, in.LastError)
+	}
+	if n := tg.calls(); n != 0 {
+		t.Fatalf("sent %d times past its budget", n)
+	}
+}
