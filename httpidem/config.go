@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemhq/idem/problem"
 )
 
 // Defaults and bounds of Config.
@@ -27,8 +29,8 @@ const (
 	DefaultBodyTimeout = 30 * time.Second
 	// DefaultMemoryBudget is the default budget for buffered bodies (32 MiB).
 	DefaultMemoryBudget = 32 << 20
-	// DefaultProblemBase prefixes every problem type URI.
-	DefaultProblemBase = "https://idem.dev/problems/"
+	// DefaultProblemBase prefixes every problem type URI: problem.DefaultBase.
+	DefaultProblemBase = problem.DefaultBase
 )
 
 // HeaderKey is the request header that carries the idempotency key.

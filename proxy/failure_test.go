@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemhq/idem/problem"
 )
 
 // hangUp is an upstream handler that reads the request and closes the
@@ -28,8 +30,8 @@ func TestUpstreamUnreachable(t *testing.T) {
 	f, up, _, _ := setup(t, "Memory", nil)
 	up.stop() // the address now refuses connections
 	q := req{key: "down-1", body: `{"amount":1}`}
-	f.send(t, q).expect(t, http.StatusBadGateway, slugUnreachable)
-	f.send(t, q).expect(t, http.StatusBadGateway, slugUnreachable) // released: tried again, not 409
+	f.send(t, q).expect(t, http.StatusBadGateway, problem.SlugUpstreamUnreachable)
+	f.send(t, q).expect(t, http.StatusBadGateway, problem.SlugUpstreamUnreachable) // released: tried again, not 409
 	if n := f.outcomes("released"); n != 2 {
 		t.Fatalf("released outcomes = %v, want 2", n)
 	}
@@ -102,7 +104,7 @@ func TestAnswerLost(t *testing.T) {
 			up.setHandler(tc.handle(release))
 			q := req{key: "lost-1", body: `{"amount":7}`}
 
-			f.send(t, q).expect(t, tc.status, slugOutcomeUnknown)
+			f.send(t, q).expect(t, tc.status, problem.SlugUpstreamOutcomeUnknown)
 			f.waitServed(t, 1)
 			if n := f.outcomes("marked_unknown"); n != 1 {
 				t.Fatalf("marked_unknown outcomes = %v, want 1", n)
@@ -182,7 +184,7 @@ func TestNoSilentResend(t *testing.T) {
 			// A first request leaves an idle connection to the upstream for
 			// the second to reuse.
 			f.send(t, req{method: http.MethodGet}).expect(t, http.StatusOK, "")
-			f.send(t, req{key: "resend-1", body: body}).expect(t, http.StatusBadGateway, slugOutcomeUnknown)
+			f.send(t, req{key: "resend-1", body: body}).expect(t, http.StatusBadGateway, problem.SlugUpstreamOutcomeUnknown)
 			if n := up.calls.Load(); n != 2 {
 				t.Fatalf("upstream called %d times, want 2 (one GET, one POST)", n)
 			}

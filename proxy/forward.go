@@ -16,22 +16,11 @@ import (
 
 	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/key"
+	"github.com/idemhq/idem/problem"
 )
 
 // errClosed ends the upstream calls still running when the proxy closes.
 var errClosed = errors.New("proxy: closed while waiting for the upstream")
-
-// Problem slugs of upstream failures (the package doc lists all of the
-// proxy's own).
-const (
-	// slugUnreachable: the request never reached the upstream; nothing
-	// happened there and the key was released (502).
-	slugUnreachable = "upstream-unreachable"
-	// slugOutcomeUnknown: the request reached the upstream and its answer
-	// was lost; the key answers 409 outcome-unknown until its lease ends
-	// (504 after a timeout, 502 otherwise).
-	slugOutcomeUnknown = "upstream-outcome-unknown"
-)
 
 // exchange is what the forwarder knows about one request while the
 // reverse proxy handles it.
@@ -312,7 +301,7 @@ func (f *forwarder) errorHandler(w http.ResponseWriter, out *http.Request, err e
 		if ex != nil {
 			f.logger.WarnContext(ex.in.Context(), "upstream unreachable", "method", ex.in.Method, "path", ex.in.URL.Path, "err", err)
 		}
-		httpidem.WriteProblem(w, f.base, slugUnreachable, "Upstream unreachable", http.StatusBadGateway,
+		problem.Write(w, f.base, problem.SlugUpstreamUnreachable, http.StatusBadGateway,
 			"The request did not reach the upstream: nothing happened there. Retry; with the same Idempotency-Key it is forwarded again.")
 		return
 	}
@@ -321,7 +310,7 @@ func (f *forwarder) errorHandler(w http.ResponseWriter, out *http.Request, err e
 	if timeout(err) || timeout(context.Cause(out.Context())) {
 		status = http.StatusGatewayTimeout
 	}
-	httpidem.WriteProblem(w, f.base, slugOutcomeUnknown, "Upstream outcome unknown", status,
+	problem.Write(w, f.base, problem.SlugUpstreamOutcomeUnknown, status,
 		"The request reached the upstream but its answer was lost: it may have taken effect. "+
 			"Retries with the same Idempotency-Key get 409 outcome-unknown until the lease ends, then the next one is forwarded again.")
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemhq/idem/problem"
 )
 
 // smuggled is a request hidden in a body that a hop in front of the proxy
@@ -39,7 +41,7 @@ func TestRequestSmuggling(t *testing.T) {
 			t.Parallel()
 			f, up, _, _ := setup(t, "Memory", nil)
 			c := f.dial(t)
-			r := c.exchange(t, tt.request).expect(t, http.StatusBadRequest, slugFramingAmbiguous)
+			r := c.exchange(t, tt.request).expect(t, http.StatusBadRequest, problem.SlugFramingAmbiguous)
 			if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
 				t.Fatalf("Content-Type %q", ct)
 			}
@@ -63,7 +65,7 @@ func TestRequestSmuggling(t *testing.T) {
 			"Transfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n").expect(t, http.StatusCreated, "")
 		c.exchange(t, "GET /c HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc").expect(t, http.StatusCreated, "")
 		c.exchange(t, "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n"+
-			"Content-Length: "+smuggledLength+"\r\nTransfer-Encoding: chunked\r\n\r\n"+smuggledBody).expect(t, http.StatusBadRequest, slugFramingAmbiguous)
+			"Content-Length: "+smuggledLength+"\r\nTransfer-Encoding: chunked\r\n\r\n"+smuggledBody).expect(t, http.StatusBadRequest, problem.SlugFramingAmbiguous)
 		c.expectClosed(t)
 		up.mu.Lock()
 		defer up.mu.Unlock()

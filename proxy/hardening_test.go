@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/store/storetest"
 )
 
@@ -122,7 +123,7 @@ func TestUnknownHeldPastTheLease(t *testing.T) {
 		}
 	})
 	q := req{key: "k", body: "x"}
-	f.send(t, q).expect(t, http.StatusGatewayTimeout, slugOutcomeUnknown)
+	f.send(t, q).expect(t, http.StatusGatewayTimeout, problem.SlugUpstreamOutcomeUnknown)
 	clock.Advance(10 * time.Second) // five leases
 	f.send(t, q).expect(t, http.StatusConflict, httpidem.SlugOutcomeUnknown)
 	if n := up.calls.Load(); n != 1 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/store/memstore"
 )
 
@@ -53,7 +54,7 @@ func TestClose(t *testing.T) {
 	if err := f.p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	(<-got).expect(t, http.StatusBadGateway, slugOutcomeUnknown)
+	(<-got).expect(t, http.StatusBadGateway, problem.SlugUpstreamOutcomeUnknown)
 	f.send(t, req{key: "close-2", body: "x"}).expect(t, http.StatusServiceUnavailable, "proxy-closed")
 }
 
@@ -69,7 +70,7 @@ func TestRealLease(t *testing.T) {
 	up.setHandler(hangUp)
 	q := req{key: "real-1", body: "x"}
 	start := time.Now()
-	f.send(t, q).expect(t, http.StatusBadGateway, slugOutcomeUnknown)
+	f.send(t, q).expect(t, http.StatusBadGateway, problem.SlugUpstreamOutcomeUnknown)
 	f.send(t, q).expect(t, http.StatusConflict, "outcome-unknown")
 	up.handle.Store(nil)
 

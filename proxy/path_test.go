@@ -3,6 +3,8 @@ package proxy
 import (
 	"net/http"
 	"testing"
+
+	"github.com/idemhq/idem/problem"
 )
 
 // TestDotSegments: a path with a "." or ".." segment, literal or
@@ -27,7 +29,7 @@ func TestDotSegments(t *testing.T) {
 		for _, method := range []string{"GET", "POST"} {
 			c := f.dial(t)
 			c.exchange(t, method+" "+path+" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\nIdempotency-Key: d-1\r\nContent-Length: 1\r\n\r\nx").
-				expect(t, http.StatusBadRequest, slugPathInvalid)
+				expect(t, http.StatusBadRequest, problem.SlugPathInvalid)
 		}
 	}
 	if n := up.calls.Load(); n != 0 {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/store/memstore"
 )
 
@@ -32,7 +33,7 @@ func TestRepeatedPrincipalHeader(t *testing.T) {
 			}
 			for _, method := range []string{http.MethodPost, http.MethodGet} {
 				differ := http.Header{tt.header: {tt.value, tt.other}}
-				f.send(t, req{method: method, key: "r-1", body: "x", auth: "-", header: differ}).expect(t, http.StatusBadRequest, slugHeaderRepeated)
+				f.send(t, req{method: method, key: "r-1", body: "x", auth: "-", header: differ}).expect(t, http.StatusBadRequest, problem.SlugHeaderRepeated)
 			}
 			if n, recs := up.calls.Load(), st.(*memstore.Store).Len(); n != 1 || recs != 1 {
 				t.Fatalf("%d upstream calls, %d records; want 1, 1", n, recs)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/key"
+	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/store"
 )
 
@@ -120,7 +121,7 @@ type Config struct {
 	Transport http.RoundTripper
 
 	// ProblemBase is the prefix of problem type URIs. Defaults to
-	// httpidem's default.
+	// problem.DefaultBase.
 	ProblemBase string
 
 	// Registerer receives the proxy's metrics (idem_proxy_*). Use a
@@ -151,7 +152,7 @@ func (c *Config) withDefaults() Config {
 		out.Transport = newTransport()
 	}
 	if out.ProblemBase == "" {
-		out.ProblemBase = httpidem.DefaultProblemBase
+		out.ProblemBase = problem.DefaultBase
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
@@ -243,21 +244,6 @@ func New(cfg *Config) (*Proxy, error) {
 	return p, nil
 }
 
-// Problem slugs of requests the proxy refuses before the middleware.
-const (
-	// slugFramingAmbiguous: the request had both Content-Length and
-	// Transfer-Encoding (seen by a Listener), or came on a connection
-	// whose framing could not be followed; the connection is closed (400).
-	slugFramingAmbiguous = "request-framing-ambiguous"
-	// slugClosed: the proxy is shutting down (503).
-	slugClosed = "proxy-closed"
-	// slugPathInvalid: the path has a dot segment (400).
-	slugPathInvalid = "path-invalid"
-	// slugHeaderRepeated: the principal header (Authorization, or
-	// Config.PrincipalHeader) came twice with different values (400).
-	slugHeaderRepeated = "header-repeated"
-)
-
 // ServeHTTP serves one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c := connFrom(r.Context()); c != nil {
@@ -265,7 +251,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// RFC 9112 §6.1: close the connection after answering, so
 			// that nothing after the request is read as another one.
 			w.Header().Set("Connection", "close")
-			httpidem.WriteProblem(w, p.base, slugFramingAmbiguous, "Request framing ambiguous", http.StatusBadRequest, ferr.detail)
+			problem.Write(w, p.base, problem.SlugFramingAmbiguous, http.StatusBadRequest, ferr.detail)
 			return
 		}
 	}
@@ -273,7 +259,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.closed {
 		p.mu.RUnlock()
 		w.Header().Set("Retry-After", "1")
-		httpidem.WriteProblem(w, p.base, slugClosed, "Proxy closed", http.StatusServiceUnavailable,
+		problem.Write(w, p.base, problem.SlugProxyClosed, http.StatusServiceUnavailable,
 			"This proxy is shutting down; retry, another instance may answer.")
 		return
 	}
@@ -283,14 +269,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.metrics.inFlight.Inc()
 	defer p.metrics.inFlight.Dec()
 	if dotSegment(r.URL.Path) {
-		httpidem.WriteProblem(w, p.base, slugPathInvalid, "Request path invalid", http.StatusBadRequest,
+		problem.Write(w, p.base, problem.SlugPathInvalid, http.StatusBadRequest,
 			`The path has a "." or ".." segment (literal or percent-encoded), which could lead outside the upstream's base path; send it without.`)
 		return
 	}
 	if _, _, err := p.principal.of(r); err != nil {
 		// Whichever line the upstream reads, the proxy cannot know the
 		// caller it answers.
-		httpidem.WriteProblem(w, p.base, slugHeaderRepeated, "Header repeated", http.StatusBadRequest,
+		problem.Write(w, p.base, problem.SlugHeaderRepeated, http.StatusBadRequest,
 			"The "+p.principal.name+" header is sent more than once, with different values; send it once.")
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/store"
 )
 
@@ -42,19 +43,19 @@ type DeadLetterPage struct {
 // `idem inbox` talks to it. Requeue runs the service's own apply function,
 // which is why it is served by the service and not by the command.
 func Admin[TX any](p *inbox.Processor[TX]) http.Handler {
-	base := httpidemBase
+	base := problem.DefaultBase
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /dead-letters", func(w http.ResponseWriter, r *http.Request) {
 		after, err1 := intParam(r, "after", 0)
 		limit, err2 := intParam(r, "limit", 100)
 		if err := errors.Join(err1, err2); err != nil || limit < 1 || limit > 1000 || after < 0 {
-			writeProblem(w, base, "bad-parameter", http.StatusBadRequest, "after must be >= 0 and limit 1..1000")
+			problem.Write(w, base, problem.SlugBadParameter, http.StatusBadRequest, "after must be >= 0 and limit 1..1000")
 			return
 		}
 		ds, err := p.DeadLetters(r.Context(), after, int(limit))
 		if err != nil {
 			w.Header().Set("Retry-After", "5")
-			writeProblem(w, base, SlugStoreUnavailable, http.StatusServiceUnavailable, err.Error())
+			problem.Write(w, base, SlugStoreUnavailable, http.StatusServiceUnavailable, err.Error())
 			return
 		}
 		page := DeadLetterPage{DeadLetters: make([]DeadLetterJSON, 0, len(ds))}
@@ -74,20 +75,20 @@ func Admin[TX any](p *inbox.Processor[TX]) http.Handler {
 	mux.HandleFunc("POST /dead-letters/{id}/requeue", func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 		if err != nil || id < 1 {
-			writeProblem(w, base, "bad-parameter", http.StatusBadRequest, "the dead letter id is a positive integer")
+			problem.Write(w, base, problem.SlugBadParameter, http.StatusBadRequest, "the dead letter id is a positive integer")
 			return
 		}
 		res, err := p.Requeue(r.Context(), id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			writeProblem(w, base, "dead-letter-not-found", http.StatusNotFound, err.Error())
+			problem.Write(w, base, problem.SlugDeadLetterNotFound, http.StatusNotFound, err.Error())
 			return
 		case errors.Is(err, inbox.ErrUnavailable), errors.Is(err, inbox.ErrBackpressure):
 			w.Header().Set("Retry-After", "5")
-			writeProblem(w, base, SlugStoreUnavailable, http.StatusServiceUnavailable, err.Error())
+			problem.Write(w, base, SlugStoreUnavailable, http.StatusServiceUnavailable, err.Error())
 			return
 		case err != nil:
-			writeProblem(w, base, SlugInternal, http.StatusInternalServerError, err.Error())
+			problem.Write(w, base, SlugInternal, http.StatusInternalServerError, err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, Response{Outcome: res.Outcome.String(), Applied: res.Applied, Gap: res.Gap,
@@ -96,13 +97,13 @@ func Admin[TX any](p *inbox.Processor[TX]) http.Handler {
 	mux.HandleFunc("GET /gaps", func(w http.ResponseWriter, r *http.Request) {
 		limit, err := intParam(r, "limit", 100)
 		if err != nil || limit < 1 || limit > 1000 {
-			writeProblem(w, base, "bad-parameter", http.StatusBadRequest, "limit must be 1..1000")
+			problem.Write(w, base, problem.SlugBadParameter, http.StatusBadRequest, "limit must be 1..1000")
 			return
 		}
 		gs, err := p.Gaps(r.Context(), nil, int(limit))
 		if err != nil {
 			w.Header().Set("Retry-After", "5")
-			writeProblem(w, base, SlugStoreUnavailable, http.StatusServiceUnavailable, err.Error())
+			problem.Write(w, base, SlugStoreUnavailable, http.StatusServiceUnavailable, err.Error())
 			return
 		}
 		type gapJSON struct {
@@ -147,7 +148,7 @@ func rawOrString(b []byte) json.RawMessage {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeProblem(w, httpidemBase, SlugInternal, http.StatusInternalServerError, err.Error())
+		problem.Write(w, problem.DefaultBase, SlugInternal, http.StatusInternalServerError, err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

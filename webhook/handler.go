@@ -13,44 +13,31 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem/event"
-	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/promreg"
 	"github.com/idemhq/idem/order"
+	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/signature"
 )
 
-// Problem type slugs (Config.ProblemBase + slug). doc.go says when each is
-// answered.
+// Problem type slugs of the receiver and its admin API (Config.ProblemBase
+// + slug). doc.go says when each is answered. They are declared, with
+// their titles, in package problem, the one catalogue of idem's problem
+// types; these name the same strings.
 const (
-	SlugMethodNotAllowed   = "method-not-allowed"
-	SlugBodyTooLarge       = "body-too-large"
-	SlugBodyUnreadable     = "body-unreadable"
-	SlugSignatureMalformed = "signature-malformed"
-	SlugSignatureInvalid   = "signature-invalid"
-	SlugSignatureExpired   = "signature-expired"
-	SlugEventMalformed     = "event-malformed"
-	SlugEventBadSequence   = "event-bad-sequence"
-	SlugEventNotOwned      = "event-not-owned"
-	SlugStoreUnavailable   = "store-unavailable"
-	SlugStreamBacklogFull  = "stream-backlog-full"
-	SlugInternal           = "internal-error"
+	SlugMethodNotAllowed   = problem.SlugMethodNotAllowed
+	SlugBodyTooLarge       = problem.SlugBodyTooLarge
+	SlugBodyUnreadable     = problem.SlugBodyUnreadable
+	SlugSignatureMalformed = problem.SlugSignatureMalformed
+	SlugSignatureInvalid   = problem.SlugSignatureInvalid
+	SlugSignatureExpired   = problem.SlugSignatureExpired
+	SlugEventMalformed     = problem.SlugEventMalformed
+	SlugEventBadSequence   = problem.SlugEventBadSequence
+	SlugEventNotOwned      = problem.SlugEventNotOwned
+	SlugStoreUnavailable   = problem.SlugStoreUnavailable
+	SlugStreamBacklogFull  = problem.SlugStreamBacklogFull
+	SlugInternal           = problem.SlugInternal
 )
-
-var titles = map[string]string{
-	SlugMethodNotAllowed:   "Only POST is accepted",
-	SlugBodyTooLarge:       "The body is over the limit",
-	SlugBodyUnreadable:     "The body could not be read",
-	SlugSignatureMalformed: "The signature headers are malformed",
-	SlugSignatureInvalid:   "No signature matches",
-	SlugSignatureExpired:   "The signature's timestamp is outside the window",
-	SlugEventMalformed:     "The body is not a valid CloudEvent",
-	SlugEventBadSequence:   "The event's sequence is missing or invalid",
-	SlugEventNotOwned:      "The event does not belong to this endpoint",
-	SlugStoreUnavailable:   "The store is unavailable; retry later",
-	SlugStreamBacklogFull:  "Too many events wait behind a gap in this stream; retry later",
-	SlugInternal:           "Internal error",
-}
 
 // Defaults.
 const (
@@ -79,7 +66,7 @@ type Config struct {
 	// RetryAfter is sent with 503 answers. Defaults to DefaultRetryAfter.
 	RetryAfter time.Duration
 	// ProblemBase prefixes problem type URIs. Defaults to
-	// httpidem.DefaultProblemBase.
+	// problem.DefaultBase.
 	ProblemBase string
 	// Registerer, when set, receives idem_webhook_requests_total{result}
 	// and idem_webhook_request_duration_seconds. The inbox's own metrics
@@ -148,7 +135,7 @@ func New[TX any](p *inbox.Processor[TX], cfg *Config) (*Handler[TX], error) {
 		c.RetryAfter = DefaultRetryAfter
 	}
 	if c.ProblemBase == "" {
-		c.ProblemBase = httpidem.DefaultProblemBase
+		c.ProblemBase = problem.DefaultBase
 	}
 	h := &Handler[TX]{p: p, cfg: c, log: c.Logger}
 	if h.log == nil {
@@ -245,15 +232,5 @@ func (h *Handler[TX]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler[TX]) problem(w http.ResponseWriter, slug string, status int, detail string) {
 	h.requests.WithLabelValues(slug).Inc()
-	writeProblem(w, h.cfg.ProblemBase, slug, status, detail)
-}
-
-const httpidemBase = httpidem.DefaultProblemBase
-
-func writeProblem(w http.ResponseWriter, base, slug string, status int, detail string) {
-	title := titles[slug]
-	if title == "" {
-		title = http.StatusText(status)
-	}
-	httpidem.WriteProblem(w, base, slug, title, status, detail)
+	problem.Write(w, h.cfg.ProblemBase, slug, status, detail)
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/event"
-	"github.com/idemhq/idem/httpidem"
+	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/signature"
 	"github.com/idemhq/idem/webhook"
 )
@@ -122,13 +122,10 @@ func (s *sender) post(ctx context.Context, url string, p payload, tamper bool) (
 		}
 		return a, nil
 	}
-	var prob struct {
-		Type   string `json:"type"`
-		Detail string `json:"detail"`
-	}
+	var prob problem.Details
 	if err := json.Unmarshal(body, &prob); err != nil {
 		return a, fmt.Errorf("%d with a body that is not a problem: %q: %w", resp.StatusCode, body, err)
 	}
-	a.Problem, a.Detail = strings.TrimPrefix(prob.Type, httpidem.DefaultProblemBase), prob.Detail
+	a.Problem, a.Detail = strings.TrimPrefix(prob.Type, problem.DefaultBase), prob.Detail
 	return a, nil
 }

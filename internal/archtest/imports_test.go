@@ -132,8 +132,6 @@ var allowed = []exception{
 		"its relay delivers intents over HTTP: Target.URL, Config.Client, the response policy over status codes and Retry-After"},
 
 	// Debts, being removed.
-	{"webhook", module + "/httpidem",
-		"debt: only to write problems"},
 	{"examples/proxydemo", module + "/internal/loadtest",
 		"debt: its upstream is the bench ledger"},
 	{"store/sqlitestore", module + "/internal/migrate",
