@@ -216,11 +216,16 @@ func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) {
 	case "done":
 		err = r.s.CompleteIntent(ctx, in.Fence(), o.status, now)
 	case "disable":
+		due := now // held by the disabled target until it is enabled again
 		if derr := r.s.DisableTarget(ctx, in.Target, o.message, now); derr != nil {
-			r.log.ErrorContext(ctx, "outbox: disabling target failed", "target", in.Target, "error", derr)
+			// Not disabled: put the intent back after a backoff, or it would
+			// be claimed at once and meet the 410 again and again.
+			r.log.ErrorContext(ctx, "outbox: disabling target failed; the intent waits a backoff", "target", in.Target, "error", derr)
+			due = now.Add(r.backoff(in.Attempts))
+		} else {
+			r.log.WarnContext(ctx, "outbox: target disabled (410 Gone): its intents wait until it is enabled again", "target", in.Target)
 		}
-		r.log.WarnContext(ctx, "outbox: target disabled (410 Gone): its intents wait until it is enabled again", "target", in.Target)
-		err = r.s.RetryIntent(ctx, in.Fence(), now, o.message)
+		err = r.s.RetryIntent(ctx, in.Fence(), due, o.message)
 	case "retry":
 		if in.Attempts >= r.cfg.MaxAttempts {
 			o.kind = "dead"

@@ -495,3 +495,35 @@ func TestBudgetSpentByDyingRelays(t *testing.T) {
 		t.Fatalf("sent %d times past its budget", n)
 	}
 }
+
+// failingDisable is an outbox store whose DisableTarget fails.
+type failingDisable struct{ *memstore.Outbox }
+
+func (failingDisable) DisableTarget(context.Context, string, string, time.Time) error {
+	return errors.New("store down")
+}
+
+// A 410 whose target cannot be disabled puts the intent back after a
+// backoff: it is not claimed again at once to meet the 410 again and again.
+func TestGoneButNotDisabledBacksOff(t *testing.T) {
+	ctx := t.Context()
+	f := newFixture()
+	tg := newTarget(t, false, 410, 410, 410)
+	r, err := outbox.New[*memstore.Tx](failingDisable{f.s}, &outbox.Config{
+		Targets: []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: orderKey("charge-")}},
+		Now:     f.clock.Now, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := f.enqueue(t, r, charge("o-1"))
+	if n, err := r.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("first run: %d %v", n, err)
+	}
+	if in := f.get(t, id); in.State != store.IntentPending || !in.DueAt.After(f.clock.Now()) {
+		t.Fatalf("after the 410: %v due %v, want pending after a backoff (now %v)", in.State, in.DueAt, f.clock.Now())
+	}
+	if n, _ := r.RunOnce(ctx); n != 0 || tg.calls() != 1 {
+		t.Fatalf("claimed %d again at once, target called %d times", n, tg.calls())
+	}
+}
