@@ -134,10 +134,6 @@ var allowed = []exception{
 	// Debts, being removed.
 	{"examples/proxydemo", module + "/internal/loadtest",
 		"debt: its upstream is the bench ledger"},
-	{"store/sqlitestore", module + "/internal/migrate",
-		"debt: Migrate returns []migrate.Result"},
-	{"store/pgstore", module + "/internal/migrate",
-		"debt: Migrate returns []migrate.Result"},
 }
 
 // TestRules checks every package of the module against the tables above.

@@ -6,7 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/idemhq/idem/internal/migrate"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
@@ -28,7 +28,7 @@ concurrent runs safe. Redis and memory stores have no schema.`,
 				return err
 			}
 			ctx := cmd.Context()
-			var applied []migrate.Result
+			var applied []store.Migration
 			switch kind {
 			case kindSQLite:
 				db, err := sqlitestore.Open(target, nil)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/idemhq/idem/store"
 )
 
 // Dialect names the SQL flavour of a store's migrations.
@@ -26,17 +28,11 @@ const (
 // TableName is the table in which applied migrations are recorded.
 const TableName = "idem_migrations"
 
-// Result is one applied migration.
-type Result struct {
-	Version int64
-	Name    string
-}
-
 // Up applies every pending migration in fsys (files named NNN_name.sql with
 // goose annotations) to db and returns what it applied, in order. On
 // PostgreSQL it holds a session advisory lock, so concurrent callers apply
 // each migration once.
-func Up(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Logger) ([]Result, error) {
+func Up(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Logger) ([]store.Migration, error) {
 	p, err := provider(ctx, db, d, fsys, logger)
 	if err != nil {
 		return nil, err
@@ -45,9 +41,9 @@ func Up(ctx context.Context, db *sql.DB, d Dialect, fsys fs.FS, logger *slog.Log
 	if err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", d, err)
 	}
-	out := make([]Result, 0, len(res))
+	out := make([]store.Migration, 0, len(res))
 	for _, r := range res {
-		out = append(out, Result{Version: r.Source.Version, Name: r.Source.Path})
+		out = append(out, store.Migration{Version: r.Source.Version, Name: r.Source.Path})
 	}
 	return out, nil
 }

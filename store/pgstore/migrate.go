@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemhq/idem/internal/migrate"
+	"github.com/idemhq/idem/store"
 )
 
 // ErrNotMigrated is returned (wrapped) by New when the schema lacks any of
@@ -25,7 +26,7 @@ var migrationFiles embed.FS
 // PostgreSQL advisory lock while it runs, so several processes may call it
 // at once and each migration is applied once. The store never calls it by
 // itself.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]migrate.Result, error) {
+func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]store.Migration, error) {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close() // does not close pool
 	res, err := migrate.Up(ctx, db, migrate.Postgres, migrations(), nil)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/idemhq/idem/internal/migrate"
+	"github.com/idemhq/idem/store"
 )
 
 // migrations holds the schema, one numbered goose file per change.
@@ -33,7 +34,7 @@ func migrationsFS() fs.FS {
 // bookkeeping table. Run it from one process at a time (at deploy, or
 // through `idem migrate`): New refuses to start on a schema with pending
 // migrations rather than migrating behind the operator's back.
-func Migrate(ctx context.Context, db *sql.DB) ([]migrate.Result, error) {
+func Migrate(ctx context.Context, db *sql.DB) ([]store.Migration, error) {
 	res, err := migrate.Up(ctx, db, migrate.SQLite, migrationsFS(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
