@@ -31,7 +31,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemhq/idem/internal/loadtest"
 	"github.com/idemhq/idem/proxy"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
@@ -78,7 +77,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer st.Close()
 
 	// A slow upstream that records every call: duplicates would show.
-	ledger, err := loadtest.StartLedger(&loadtest.LedgerConfig{Listen: upAddr, Delay: 50 * time.Millisecond})
+	ledger, err := startLedger(upAddr)
 	if err != nil {
 		return err
 	}

@@ -130,10 +130,6 @@ var allowed = []exception{
 		"the proxy is the httpidem middleware in front of an upstream"},
 	{"outbox", "net/http",
 		"its relay delivers intents over HTTP: Target.URL, Config.Client, the response policy over status codes and Retry-After"},
-
-	// Debts, being removed.
-	{"examples/proxydemo", module + "/internal/loadtest",
-		"debt: its upstream is the bench ledger"},
 }
 
 // TestRules checks every package of the module against the tables above.
