@@ -9,6 +9,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -214,6 +215,50 @@ func TestRulesCatch(t *testing.T) {
 	}
 	if !slices.Equal(unplaced, []string{"newthing"}) {
 		t.Errorf("unplaced = %q, want [newthing]", unplaced)
+	}
+}
+
+// TestAPICatch feeds the API check a made-up public package: only what its
+// exported declarations name counts.
+func TestAPICatch(t *testing.T) {
+	dir := t.TempDir()
+	src := `package x
+
+import (
+	"github.com/idemhq/idem/internal/migrate"
+	m2 "github.com/idemhq/idem/internal/promreg"
+)
+
+func Migrate() ([]migrate.Result, error) { return nil, nil }  // exposed
+type Store struct {
+	Hook   func(m2.Thing)                                        // exposed
+	hidden migrate.Result
+}
+func (s *Store) Last() migrate.Result { return s.hidden }       // exposed
+func (s *Store) last() migrate.Result { return s.hidden }
+func helper(migrate.Result) {}
+type private struct{ R migrate.Result }
+func (private) Get() migrate.Result { return migrate.Result{} }
+var Applied []migrate.Result                                    // exposed
+`
+	if err := os.WriteFile(filepath.Join(dir, "x.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := apiViolations([]pkg{
+		{ImportPath: module + "/store/x", Name: "x", Dir: dir, GoFiles: []string{"x.go"}},
+		{ImportPath: module + "/internal/migrate", Name: "migrate"},
+		{ImportPath: module + "/internal/promreg", Name: "promreg"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range vs {
+		got = append(got, v.detail[:strings.Index(v.detail, " at ")])
+	}
+	want := []string{"migrate.Result", "m2.Thing", "migrate.Result", "migrate.Result"}
+	if !slices.Equal(got, want) {
+		t.Errorf("exposed %q, want %q", got, want)
 	}
 }
 
