@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/httpidem"
-	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/internal/testutil/fault"
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
-	"github.com/idemhq/idem/store/storetest"
 )
 
 // t0 is where test clocks start.
@@ -41,7 +41,7 @@ func principalFromHeader(r *http.Request) (string, bool) {
 // bundle is what setup gives a test besides the handler.
 type bundle struct {
 	store    *fault.Store // the real memstore, behind a fault plan that passes everything
-	clock    *storetest.Clock
+	clock    *testclock.Clock
 	mw       *httpidem.Middleware
 	outcomes *outcomeLog
 }
@@ -70,7 +70,7 @@ func (l *outcomeLog) all() []httpidem.Outcome {
 // the clock only moves when a test says so.
 func setup(t *testing.T, cfg *httpidem.Config) *bundle {
 	t.Helper()
-	clock := storetest.NewClock(t0)
+	clock := testclock.New(t0)
 	fs := fault.Wrap(memstore.New(&memstore.Config{Now: clock.Now}))
 	g, err := key.New(fs, &key.Config{Lease: 30 * time.Second, Heartbeat: -1})
 	if err != nil {

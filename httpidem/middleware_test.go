@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/httpidem"
-	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/internal/testutil/fault"
 	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"

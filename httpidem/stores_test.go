@@ -17,7 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/httpidem"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testutil/testclock"
+	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
@@ -111,14 +112,14 @@ func TestPostgres(t *testing.T) {
 type storeEnv[TX any] struct {
 	store  store.TxStore[TX]
 	ledger storetest.Ledger[TX]
-	clock  *storetest.Clock
+	clock  *testclock.Clock
 	plain  *httpidem.Middleware // New over the guard
 	tx     *httpidem.Middleware // NewTx over the same guard
 }
 
 func newStoreEnv[TX any](t *testing.T, open openFunc[TX], cfg *httpidem.Config) *storeEnv[TX] {
 	t.Helper()
-	clock := storetest.NewClock(t0)
+	clock := testclock.New(t0)
 	s, l := open(t, clock.Now)
 	g, err := key.NewTx(s, &key.Config{Lease: 30 * time.Second, Heartbeat: -1})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/inbox"
-	"github.com/idemhq/idem/internal/procstat"
+	"github.com/idemhq/idem/internal/testutil/procstat"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/sqlitestore"

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
@@ -263,7 +264,7 @@ type dueGap struct {
 func (d dueGap) String() string { return gapString(d.obj, d.gap) }
 
 func gapString(obj string, g order.Gap) string {
-	return fmt.Sprintf("%s:%d..%d@%v", obj, g.From, g.To, g.FirstSeen.Sub(storetest.Epoch0))
+	return fmt.Sprintf("%s:%d..%d@%v", obj, g.From, g.To, g.FirstSeen.Sub(testclock.Epoch0))
 }
 
 // overdue lists the first gap of every delta object whose gap opened at
@@ -306,7 +307,7 @@ func streamKey(obj string) store.StreamKey {
 // harness is one run: the processor on a fresh memory inbox, its ledger,
 // the model, and the crash points armed for the next call.
 type harness struct {
-	clock  *storetest.Clock
+	clock  *testclock.Clock
 	in     *memstore.Inbox
 	p      *inbox.Processor[*memstore.Tx]
 	led    *modelLedger
@@ -455,7 +456,7 @@ func fmtGap(g *order.Gap) string {
 	if g == nil {
 		return "none"
 	}
-	return fmt.Sprintf("%d..%d@%v", g.From, g.To, g.FirstSeen.Sub(storetest.Epoch0))
+	return fmt.Sprintf("%d..%d@%v", g.From, g.To, g.FirstSeen.Sub(testclock.Epoch0))
 }
 
 // crash delivers k but cancels the call before its transaction commits:
@@ -651,7 +652,7 @@ func checkModel(t *testing.T, modes string) {
 			m.objs[name] = &objModel{name: name, mode: mode, run: 1, sent: map[int]int64{}, since: map[int64]time.Time{}}
 		}
 		h := &harness{
-			clock: storetest.NewClock(storetest.Epoch0),
+			clock: testclock.New(testclock.Epoch0),
 			in:    memstore.NewInbox(),
 			led:   &modelLedger{rows: map[evKey]int{}},
 			m:     m,
@@ -727,7 +728,7 @@ func TestModelResetParksDiscardedSequence(t *testing.T) {
 		led.write(tx, entry{evKey{ev.Subject, run, ev.Sequence}, viaEvent})
 		return nil
 	}
-	clock := storetest.NewClock(storetest.Epoch0)
+	clock := testclock.New(testclock.Epoch0)
 	p, err := inbox.New(memstore.NewInbox(), apply, &inbox.Config{
 		Mode: order.Delta, Now: clock.Now, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 		ExecutionRank: func(ev event.Event) int64 {

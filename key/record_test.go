@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/internal/testutil/fault"
 	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/store/memstore"
 )

@@ -17,8 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/internal/procstat"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testutil/procstat"
+	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/store/sqlitestore"

@@ -17,11 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/keytemplate"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
-	"github.com/idemhq/idem/store/storetest"
 )
 
 // orderKey is a Go key template: prefix + payload.order.id.
@@ -88,13 +88,13 @@ func (tg *target) calls() int {
 type fixture struct {
 	in    *memstore.Inbox
 	s     *memstore.Outbox
-	clock *storetest.Clock
+	clock *testclock.Clock
 	reg   *prometheus.Registry
 }
 
 func newFixture() *fixture {
 	in := memstore.NewInbox()
-	return &fixture{in: in, s: memstore.NewOutbox(in), clock: storetest.NewClock(storetest.Epoch0), reg: prometheus.NewRegistry()}
+	return &fixture{in: in, s: memstore.NewOutbox(in), clock: testclock.New(testclock.Epoch0), reg: prometheus.NewRegistry()}
 }
 
 func (f *fixture) relay(t *testing.T, targets []outbox.Target, tweak func(*outbox.Config)) *outbox.Relay[*memstore.Tx] {
@@ -156,7 +156,7 @@ func TestResponsePolicy(t *testing.T) {
 		{name: "409 in progress", status: 409, tweak: func(t *outbox.Target) { t.Conflict = outbox.ConflictRetry }, state: store.IntentPending, lastErr: "in progress"},
 		{name: "410", status: 410, state: store.IntentPending, disabled: true},
 		{name: "429 Retry-After seconds", status: 429, retryAfter: "7", state: store.IntentPending, dueIn: 7 * time.Second},
-		{name: "503 Retry-After date", status: 503, retryAfter: storetest.Epoch0.Add(90 * time.Second).Format(http.TimeFormat), state: store.IntentPending, dueIn: 90 * time.Second},
+		{name: "503 Retry-After date", status: 503, retryAfter: testclock.Epoch0.Add(90 * time.Second).Format(http.TimeFormat), state: store.IntentPending, dueIn: 90 * time.Second},
 		{name: "500", status: 500, state: store.IntentPending},
 		{name: "408", status: 408, state: store.IntentPending},
 		{name: "400 fails", status: 400, state: store.IntentDead, lastErr: "answer 400"},
@@ -185,11 +185,11 @@ func TestResponsePolicy(t *testing.T) {
 			if in.State != c.state || (c.state == store.IntentDone && in.Status != c.status) || !strings.Contains(in.LastError, c.lastErr) {
 				t.Fatalf("after %d: %+v", c.status, in)
 			}
-			if c.dueIn > 0 && !in.DueAt.Equal(storetest.Epoch0.Add(c.dueIn)) {
+			if c.dueIn > 0 && !in.DueAt.Equal(testclock.Epoch0.Add(c.dueIn)) {
 				t.Fatalf("due %v, want now+%v", in.DueAt, c.dueIn)
 			}
-			if c.state == store.IntentPending && c.dueIn == 0 && !c.disabled && (in.DueAt.Before(storetest.Epoch0.Add(500*time.Millisecond)) || in.DueAt.After(storetest.Epoch0.Add(time.Second))) {
-				t.Fatalf("backoff due %v, want within [0.5s, 1s] of now", in.DueAt.Sub(storetest.Epoch0))
+			if c.state == store.IntentPending && c.dueIn == 0 && !c.disabled && (in.DueAt.Before(testclock.Epoch0.Add(500*time.Millisecond)) || in.DueAt.After(testclock.Epoch0.Add(time.Second))) {
+				t.Fatalf("backoff due %v, want within [0.5s, 1s] of now", in.DueAt.Sub(testclock.Epoch0))
 			}
 			dis, _ := f.s.DisabledTargets(ctx)
 			if (len(dis) == 1) != c.disabled {

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/httpidem"
-	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/internal/testutil/fault"
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/problem"
-	"github.com/idemhq/idem/store/storetest"
 )
 
 // outageStore wraps one handle of a store of kind so that a test can make
@@ -45,7 +45,7 @@ func TestStoreOutageDuringUpstreamCall(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			up := newUpstream(t)
-			clock := storetest.NewClock(t0)
+			clock := testclock.New(t0)
 			n := 2
 			if kind == "Memory" {
 				n = 1

@@ -22,8 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/storetest"
 )
 
 // t0 is where test clocks start.
@@ -174,10 +174,10 @@ func newFront(tb testing.TB, cfg Config) *front {
 
 // setup returns a proxy on a fresh store of kind with a settable clock
 // (Postgres and Redis too), in front of a fresh upstream.
-func setup(tb testing.TB, kind string, tweak func(*Config)) (*front, *upstream, store.Store, *storetest.Clock) {
+func setup(tb testing.TB, kind string, tweak func(*Config)) (*front, *upstream, store.Store, *testclock.Clock) {
 	tb.Helper()
 	up := newUpstream(tb)
-	clock := storetest.NewClock(t0)
+	clock := testclock.New(t0)
 	st := openStores(tb, kind, 1, clock.Now)[0]
 	cfg := Config{Upstream: up.url, Store: st}
 	if tweak != nil {

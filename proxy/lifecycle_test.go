@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/internal/testutil/fault"
 	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/store/memstore"
 )

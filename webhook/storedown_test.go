@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/inbox"
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/signature"
 	"github.com/idemhq/idem/store/pgstore"

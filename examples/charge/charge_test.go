@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/store/sqlitestore"
-	"github.com/idemhq/idem/store/storetest"
 )
 
 // TestMain turns the test binary into a crash child when crashAndRetry
@@ -56,7 +56,7 @@ func setup(t *testing.T) (string, *sql.DB) {
 // honouring RetryAfter ends a dead holder's lease at once.
 func clockClient(t *testing.T, db *sql.DB) *client {
 	t.Helper()
-	clock := storetest.NewClock(time.Now())
+	clock := testclock.New(time.Now())
 	st, err := sqlitestore.New(db, &sqlitestore.Config{Now: clock.Now})
 	if err != nil {
 		t.Fatalf("sqlitestore.New: %v", err)

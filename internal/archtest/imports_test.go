@@ -52,8 +52,8 @@ var layers = []struct {
 	{storeAPI, []string{"store"}},
 	{storeImpl, []string{"store/memstore", "store/sqlitestore", "store/pgstore", "store/redisstore"}},
 	{machinery, []string{"internal/migrate", "internal/promreg"}},
-	{testHelper, []string{"store/storetest", "internal/testdb", "internal/fault", "internal/procstat",
-		"internal/chaos", "internal/hostile", "internal/archtest"}},
+	{testHelper, []string{"store/storetest", "internal/testutil/...", "internal/chaos", "internal/hostile",
+		"internal/archtest"}},
 	{example, []string{"", "examples/..."}},
 }
 

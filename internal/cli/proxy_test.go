@@ -22,7 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 

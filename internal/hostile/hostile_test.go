@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/procstat"
+	"github.com/idemhq/idem/internal/testutil/procstat"
 )
 
 var attackers = flag.Int("hostile.n", 300, "how many stalled bodies to hold against the proxy")

@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testutil/testclock"
+	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
-	"github.com/idemhq/idem/store/storetest"
 )
 
 // start is the test clock's first reading: a whole second, far from the
@@ -21,14 +21,14 @@ var start = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 // testBundle is what setup returns besides the store.
 type testBundle struct {
 	pool  *pgxpool.Pool
-	clock *storetest.Clock
+	clock *testclock.Clock
 }
 
 // setup returns a store on a fresh, migrated schema whose clock is
 // bundle.clock.
 func setup(t testing.TB) (*pgstore.Store, *testBundle) {
 	t.Helper()
-	clock := storetest.NewClock(start)
+	clock := testclock.New(start)
 	pool := migratedPool(t)
 	return newStore(t, pool, clock.Now), &testBundle{pool: pool, clock: clock}
 }

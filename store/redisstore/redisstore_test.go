@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/storetest"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -44,7 +44,7 @@ func TestClaim(t *testing.T) {
 
 	t.Run("NewKey", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 
 		res := mustClaim(t, s, claimParams("k", "fp", "a"))
@@ -68,7 +68,7 @@ func TestClaim(t *testing.T) {
 
 	t.Run("Conflict", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 
 		first := mustClaim(t, s, claimParams("k", "fp1", "a"))
@@ -87,7 +87,7 @@ func TestClaim(t *testing.T) {
 
 	t.Run("InFlight", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 
 		first := mustClaim(t, s, claimParams("k", "fp", "a"))
@@ -104,7 +104,7 @@ func TestClaim(t *testing.T) {
 
 	t.Run("Replay", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 
 		first := mustClaim(t, s, claimParams("k", "fp", "a"))
@@ -125,7 +125,7 @@ func TestClaim(t *testing.T) {
 
 	t.Run("TakeoverAfterLease", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 
 		first := mustClaim(t, s, claimParams("k", "fp", "a"))
@@ -145,7 +145,7 @@ func TestClaim(t *testing.T) {
 
 	t.Run("TakeoverAfterRelease", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 
 		first := mustClaim(t, s, claimParams("k", "fp1", "a"))
@@ -168,7 +168,7 @@ func TestClaim(t *testing.T) {
 
 	t.Run("AfterExpiry", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 
 		first := mustClaim(t, s, claimParams("k", "fp1", "a"))
@@ -189,7 +189,7 @@ func TestClaim(t *testing.T) {
 
 	t.Run("BinaryKey", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 
 		key := "\x00k\xff*?[\r\n"
@@ -273,7 +273,7 @@ func TestFenced(t *testing.T) {
 	for name, write := range writes {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			clock := storetest.NewClock(t0)
+			clock := testclock.New(t0)
 			s, _ := newTestStore(t, clock.Now)
 
 			stale := mustClaim(t, s, claimParams("k", "fp", "a")).Record
@@ -322,7 +322,7 @@ func TestFenced(t *testing.T) {
 
 	t.Run("AfterExpiry", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 		p := claimParams("k", "fp", "a")
 		p.Retention = lease
@@ -337,7 +337,7 @@ func TestFenced(t *testing.T) {
 
 	t.Run("CompleteAfterLeaseEnded", func(t *testing.T) {
 		t.Parallel()
-		clock := storetest.NewClock(t0)
+		clock := testclock.New(t0)
 		s, _ := newTestStore(t, clock.Now)
 		rec := mustClaim(t, s, claimParams("k", "fp", "a")).Record
 		clock.Advance(2 * lease)
@@ -350,7 +350,7 @@ func TestFenced(t *testing.T) {
 func TestExtend(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := storetest.NewClock(t0)
+	clock := testclock.New(t0)
 	s, b := newTestStore(t, clock.Now)
 
 	p := claimParams("k", "fp", "a")

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/internal/testutil/testclock"
 )
 
 // t0 is where test clocks start: a round instant, so stored microseconds
@@ -33,14 +33,14 @@ func openMigrated(t testing.TB, cfg *OpenConfig) (*sql.DB, string) {
 type bundle struct {
 	db    *sql.DB
 	path  string
-	clock *storetest.Clock
+	clock *testclock.Clock
 }
 
 // setup returns a store on its own file, with a settable clock at t0.
 func setup(t testing.TB) (*Store, *bundle) {
 	t.Helper()
 	db, path := openMigrated(t, nil)
-	clock := storetest.NewClock(t0)
+	clock := testclock.New(t0)
 	s, err := New(db, &Config{Now: clock.Now})
 	if err != nil {
 		t.Fatalf("New: %v", err)

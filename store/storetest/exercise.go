@@ -10,14 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/store"
 )
-
-// Epoch0 is where every suite clock starts: whole microseconds, so that any
-// store keeps it exactly, and in the future, so that a store that hands
-// expiry to its server (Redis TTLs) never sees it as past.
-var Epoch0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 const (
 	testLease     = 10 * time.Second
@@ -27,7 +23,7 @@ const (
 // bundle is what each subtest works with.
 type bundle struct {
 	store store.Store
-	clock *Clock
+	clock *testclock.Clock
 	guard *key.Guard
 	// other is a second guard over the same store: another process. A
 	// guard answers a duplicate of a key it holds itself without asking
@@ -37,7 +33,7 @@ type bundle struct {
 
 func setup(t *testing.T, newStore NewStore) bundle {
 	t.Helper()
-	clock := NewClock(Epoch0)
+	clock := testclock.New(testclock.Epoch0)
 	s := newStore(t, clock.Now)
 	return bundle{store: s, clock: clock, guard: newGuard(t, s), other: newGuard(t, s)}
 }
@@ -290,7 +286,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		if err != nil || !a.Claimed || a.Record.Epoch != 1 {
 			t.Fatalf("claim a: %+v %v", a, err)
 		}
-		if !a.Now.Equal(Epoch0) || !a.Record.LeaseUntil.Equal(Epoch0.Add(testLease)) || !a.Record.ExpiresAt.Equal(Epoch0.Add(testRetention)) {
+		if !a.Now.Equal(testclock.Epoch0) || !a.Record.LeaseUntil.Equal(testclock.Epoch0.Add(testLease)) || !a.Record.ExpiresAt.Equal(testclock.Epoch0.Add(testRetention)) {
 			t.Fatalf("claim a times: now %v lease %v expires %v", a.Now, a.Record.LeaseUntil, a.Record.ExpiresAt)
 		}
 		// Before the lease ends nobody else gets the key.

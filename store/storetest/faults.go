@@ -5,7 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/internal/testutil/fault"
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/key"
 )
 
@@ -14,7 +15,7 @@ import (
 // resolved by reading, never by running again.
 func exerciseFaults(t *testing.T, newStore NewStore) {
 	ctx := context.Background()
-	setupFault := func(t *testing.T) (*fault.Store, *key.Guard, *Clock) {
+	setupFault := func(t *testing.T) (*fault.Store, *key.Guard, *testclock.Clock) {
 		b := setup(t, newStore)
 		fs := fault.Wrap(b.store)
 		return fs, newGuard(t, fs), b.clock

@@ -14,7 +14,6 @@ package storetest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,34 +37,3 @@ type Ledger[TX any] interface {
 // NewTxStore is NewStore for a transactional store, with a ledger table in
 // the same database.
 type NewTxStore[TX any] func(t *testing.T, now func() time.Time) (store.TxStore[TX], Ledger[TX])
-
-// Clock is a settable clock for tests. Its zero value is not usable; use
-// NewClock.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewClock returns a clock that reads t until advanced.
-func NewClock(t time.Time) *Clock { return &Clock{now: t} }
-
-// Now reads the clock.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// Set moves the clock to t.
-func (c *Clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/store"
 )
 
@@ -25,7 +26,7 @@ type NewInboxStore[TX any] func(t *testing.T) (store.InboxStore[TX], Ledger[TX])
 func ExerciseInbox[TX any](t *testing.T, newStore NewInboxStore[TX]) {
 	t.Helper()
 	ctx := context.Background()
-	at := Epoch0
+	at := testclock.Epoch0
 	sk := store.StreamKey{Source: "https://shop.example/orders", Subject: "o-1"}
 	ek := func(id string) store.EventKey { return store.EventKey{Source: sk.Source, ID: id} }
 	errBoom := errors.New("boom")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/store"
 )
@@ -82,12 +83,12 @@ func ExerciseInboxFlow[TX any](t *testing.T, newStore NewInboxStore[TX]) {
 		s     store.InboxStore[TX]
 		p     *inbox.Processor[TX]
 		a     *flowApply[TX]
-		clock *Clock
+		clock *testclock.Clock
 	}
 	setup := func(t *testing.T, mode order.Mode, tweak func(*inbox.Config)) env {
 		t.Helper()
 		s, ledger := newStore(t)
-		clock := NewClock(Epoch0)
+		clock := testclock.New(testclock.Epoch0)
 		a := &flowApply[TX]{ledger: ledger, calls: map[string]int{}}
 		cfg := &inbox.Config{Mode: mode, Now: clock.Now, Backoff: time.Millisecond, GapDeadline: time.Minute,
 			Logger: slog.New(slog.DiscardHandler)}

@@ -10,6 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 )
@@ -21,12 +22,12 @@ import (
 // records by themselves compare exactly; expiry has its own tests.
 func checkModel(t *testing.T, newStore NewStore) {
 	ctx := context.Background()
-	clock := NewClock(Epoch0)
+	clock := testclock.New(testclock.Epoch0)
 	sut := newStore(t, clock.Now)
 	iteration := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		iteration++
-		clock.Set(Epoch0)
+		clock.Set(testclock.Epoch0)
 		model := memstore.New(&memstore.Config{Now: clock.Now})
 		prefix := fmt.Sprintf("m%d/", iteration)
 		keys := []string{prefix + "a", prefix + "b", prefix + "c"}

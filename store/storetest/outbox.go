@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/store"
 )
 
@@ -27,7 +28,7 @@ type NewOutboxStore[TX any] func(t *testing.T) (store.OutboxStore[TX], Ledger[TX
 func ExerciseOutbox[TX any](t *testing.T, newStore NewOutboxStore[TX]) {
 	t.Helper()
 	ctx := context.Background()
-	t0 := Epoch0
+	t0 := testclock.Epoch0
 	enqueue := func(t *testing.T, s store.OutboxStore[TX], in store.Intent) (int64, int64) {
 		t.Helper()
 		var id, seq int64

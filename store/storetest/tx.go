@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/fault"
+	"github.com/idemhq/idem/internal/testutil/fault"
+	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/store"
 )
@@ -22,12 +23,12 @@ func ExerciseTx[TX any](t *testing.T, newStore NewTxStore[TX]) {
 		ts     *fault.TxStore[TX]
 		raw    store.TxStore[TX]
 		ledger Ledger[TX]
-		clock  *Clock
+		clock  *testclock.Clock
 		guard  *key.TxGuard[TX]
 	}
 	setupTx := func(t *testing.T) txBundle {
 		t.Helper()
-		clock := NewClock(Epoch0)
+		clock := testclock.New(testclock.Epoch0)
 		ts, ledger := newStore(t, clock.Now)
 		fts := fault.WrapTx(ts)
 		g, err := key.NewTx[TX](fts, &key.Config{Lease: testLease, Retention: testRetention, Heartbeat: -1})

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/internal/testdb"
+	"github.com/idemhq/idem/internal/testutil/testdb"
 )
 
 func TestPostgresIsolatesAndCleansUp(t *testing.T) {
