@@ -2,15 +2,11 @@ package proxy
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/store"
@@ -80,9 +76,9 @@ func openStores(tb testing.TB, kind string, n int, now func() time.Time) []store
 			out[i] = s
 		}
 	case "Redis":
-		prefix := redisPrefix(tb)
+		prefix := testdb.RedisPrefix(tb)
 		for i := range out {
-			client := redisClient(tb)
+			client := testdb.Redis(tb)
 			s, err := redisstore.New(ctx, client, &redisstore.Config{Prefix: prefix, Now: now, AllowNonDurable: true})
 			if err != nil {
 				tb.Fatal(err)
@@ -93,44 +89,4 @@ func openStores(tb testing.TB, kind string, n int, now func() time.Time) []store
 		tb.Fatalf("unknown store kind %q", kind)
 	}
 	return out
-}
-
-// redisAddr is the test server: IDEM_TEST_REDIS, or a local one.
-func redisAddr() string {
-	if addr := os.Getenv("IDEM_TEST_REDIS"); addr != "" {
-		return addr
-	}
-	return "127.0.0.1:6379"
-}
-
-// redisClient returns a client closed at cleanup; it fails the test when
-// the server cannot be reached (tests never skip).
-func redisClient(tb testing.TB) *redis.Client {
-	tb.Helper()
-	client := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	tb.Cleanup(func() { client.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
-		tb.Fatalf("redis at %s (IDEM_TEST_REDIS) is unreachable: %v", redisAddr(), err)
-	}
-	return client
-}
-
-// redisPrefix returns a key prefix of the test's own; its keys are deleted
-// at cleanup.
-func redisPrefix(tb testing.TB) string {
-	tb.Helper()
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	prefix := "idemtest:proxy:" + hex.EncodeToString(b[:]) + ":"
-	client := redisClient(tb) // registered first, so closed after the sweep below
-	tb.Cleanup(func() {
-		ctx := context.Background()
-		iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			client.Del(ctx, iter.Val())
-		}
-	})
-	return prefix
 }

@@ -3,8 +3,6 @@ package chaos
 import (
 	"bufio"
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -19,8 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem/internal/loadtest"
 	"github.com/idemhq/idem/internal/testutil/testdb"
@@ -99,26 +95,10 @@ func postgresSchemaURL(t *testing.T) *url.URL {
 }
 
 func TestChaosRedis(t *testing.T) {
-	addr := os.Getenv("IDEM_TEST_REDIS")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	defer client.Close()
-	if err := client.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("Redis unreachable at %s (set IDEM_TEST_REDIS): %v", addr, err)
-	}
-	prefix := "idemchaos:" + randomHex(6) + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			client.Del(ctx, iter.Val())
-		}
-	})
+	prefix := testdb.RedisPrefix(t)
 	// This machine's Redis keeps nothing on disk: the proxies must be told
 	// so explicitly, as an operator would.
-	runChaos(t, "redis://"+addr+"/0", "--allow-non-durable", "--redis-prefix", prefix)
+	runChaos(t, "redis://"+testdb.RedisAddr()+"/0", "--allow-non-durable", "--redis-prefix", prefix)
 }
 
 // runChaos runs one chaos round against the store and checks the result.
@@ -328,12 +308,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = crand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func redact(s string) string {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +18,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/store/sqlitestore"
@@ -372,29 +369,16 @@ func TestProxyPostgres(t *testing.T) {
 
 func TestProxyRedis(t *testing.T) {
 	t.Parallel()
-	addr := os.Getenv("IDEM_TEST_REDIS")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	defer client.Close()
+	client := testdb.Redis(t)
+	prefix := testdb.RedisPrefix(t)
 	cfg, err := client.ConfigGet(context.Background(), "appendfsync").Result()
 	if err != nil {
-		t.Fatalf("redis at %s (IDEM_TEST_REDIS): %v", addr, err)
+		t.Fatalf("redis CONFIG GET: %v", err)
 	}
 	aof, _ := client.ConfigGet(context.Background(), "appendonly").Result()
 	durable := aof["appendonly"] == "yes" && cfg["appendfsync"] == "always"
-	var b [8]byte
-	rand.Read(b[:])
-	prefix := "idemtest:cli:" + hex.EncodeToString(b[:]) + ":"
-	defer func() {
-		keys, _ := client.Keys(context.Background(), prefix+"*").Result()
-		if len(keys) > 0 {
-			client.Del(context.Background(), keys...)
-		}
-	}()
 	up, calls := countingUpstream(t)
-	url := "redis://" + addr + "/0"
+	url := "redis://" + testdb.RedisAddr() + "/0"
 	if !durable {
 		code, _, stderr := run(t, "proxy", "--upstream", up.URL, "--store", url, "--redis-prefix", prefix)
 		if code != 1 || !strings.Contains(stderr, "--allow-non-durable") {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/storetest"
 )
@@ -94,8 +95,8 @@ func BenchmarkRaw(b *testing.B) {
 	claimValue := benchFingerprint + "|" + benchOwner
 
 	b.Run("New", func(b *testing.B) {
-		client := testClient(b)
-		prefix := testPrefix(b, client)
+		client := testdb.Redis(b)
+		prefix := testdb.RedisPrefix(b)
 		var n atomic.Int64
 		storetest.RunSeqAndParallel(b, func() {
 			key := prefix + benchKey(n.Add(1))
@@ -110,8 +111,8 @@ func BenchmarkRaw(b *testing.B) {
 	})
 
 	b.Run("Replay", func(b *testing.B) {
-		client := testClient(b)
-		prefix := testPrefix(b, client)
+		client := testdb.Redis(b)
+		prefix := testdb.RedisPrefix(b)
 		const keys = 1000
 		for i := range int64(keys) {
 			if err := client.Set(ctx, prefix+benchKey(i), benchResponse, benchRetention).Err(); err != nil {

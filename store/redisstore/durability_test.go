@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhq/idem/internal/testutil/testdb"
 )
 
 func TestDurability(t *testing.T) {
@@ -37,7 +39,7 @@ func TestNew(t *testing.T) {
 
 	t.Run("RefusesNonDurable", func(t *testing.T) {
 		t.Parallel()
-		client := testClient(t)
+		client := testdb.Redis(t)
 		// The test server has appendonly no.
 		_, err := New(ctx, client, nil)
 		if !errors.Is(err, ErrNotDurable) {
@@ -50,7 +52,7 @@ func TestNew(t *testing.T) {
 
 	t.Run("AllowNonDurable", func(t *testing.T) {
 		t.Parallel()
-		client := testClient(t)
+		client := testdb.Redis(t)
 		s, err := New(ctx, client, &Config{AllowNonDurable: true})
 		if err != nil {
 			t.Fatalf("New: %v", err)
@@ -65,7 +67,7 @@ func TestNew(t *testing.T) {
 
 	t.Run("ConfigRefused", func(t *testing.T) {
 		t.Parallel()
-		client := testClient(t)
+		client := testdb.Redis(t)
 		client.AddHook(refuseConfig{})
 		_, err := New(ctx, client, nil)
 		if !errors.Is(err, ErrNotDurable) || !strings.Contains(err.Error(), "CONFIG") {
@@ -92,7 +94,7 @@ func TestNew(t *testing.T) {
 
 	t.Run("InvalidPrefix", func(t *testing.T) {
 		t.Parallel()
-		client := testClient(t)
+		client := testdb.Redis(t)
 		_, err := New(ctx, client, &Config{Prefix: strings.Repeat("p", maxPrefixLen+1), AllowNonDurable: true})
 		if err == nil || !strings.Contains(err.Error(), "Config.Prefix") {
 			t.Fatalf("New with a long prefix = %v, want an error naming Config.Prefix", err)

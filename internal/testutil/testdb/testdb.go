@@ -1,8 +1,11 @@
 // Package testdb gives tests a database of their own on the real servers
 // that CI runs. Each call isolates one test: in PostgreSQL a fresh schema,
-// set as the pool's search_path and dropped when the test ends, so parallel
-// tests never see each other's tables.
+// set as the pool's search_path and dropped when the test ends; in Redis a
+// key prefix whose keys are deleted when the test ends; so parallel tests
+// never see each other's data.
 //
+// The servers' addresses come from IDEM_TEST_POSTGRES and IDEM_TEST_REDIS,
+// each read in one function here (PostgresURL, RedisAddr) and nowhere else.
 // It is imported by tests only. An unreachable server fails the test: store
 // tests never skip.
 package testdb
@@ -17,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 )
 
 // PostgresEnv names the environment variable holding the PostgreSQL URL
@@ -99,4 +103,66 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	return hex.EncodeToString(b)
+}
+
+// RedisEnv names the environment variable holding the address (host:port)
+// of the Redis server the tests use.
+const RedisEnv = "IDEM_TEST_REDIS"
+
+// DefaultRedisAddr is used when RedisEnv is unset: a local server.
+const DefaultRedisAddr = "127.0.0.1:6379"
+
+// RedisAddr returns the server address for tests: RedisEnv, or
+// DefaultRedisAddr.
+func RedisAddr() string {
+	if addr := os.Getenv(RedisEnv); addr != "" {
+		return addr
+	}
+	return DefaultRedisAddr
+}
+
+// Redis returns a client to the test server, closed when tb ends. It fails
+// the test when the server cannot be reached.
+func Redis(tb testing.TB) *redis.Client {
+	tb.Helper()
+	client := redis.NewClient(&redis.Options{Addr: RedisAddr()})
+	tb.Cleanup(func() { _ = client.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		tb.Fatalf("testdb: Redis unreachable at %s (set %s): %v", RedisAddr(), RedisEnv, err)
+	}
+	return client
+}
+
+// RedisPrefix returns a key prefix of the test's own, "idemtest:<random>:",
+// and deletes every key under it when tb ends.
+func RedisPrefix(tb testing.TB) string {
+	tb.Helper()
+	prefix := "idemtest:" + randomHex(8) + ":"
+	client := Redis(tb) // its Close is registered first, so it runs after the sweep below
+	tb.Cleanup(func() {
+		ctx := context.Background()
+		iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		keys := make([]string, 0, 1000)
+		del := func() {
+			if len(keys) == 0 {
+				return
+			}
+			if err := client.Del(ctx, keys...).Err(); err != nil {
+				tb.Errorf("testdb: delete %s*: %v", prefix, err)
+			}
+			keys = keys[:0]
+		}
+		for iter.Next(ctx) {
+			if keys = append(keys, iter.Val()); len(keys) == cap(keys) {
+				del()
+			}
+		}
+		if err := iter.Err(); err != nil {
+			tb.Errorf("testdb: scan %s*: %v", prefix, err)
+		}
+		del()
+	})
+	return prefix
 }

@@ -45,3 +45,27 @@ func TestPostgresIsolatesAndCleansUp(t *testing.T) {
 		t.Fatalf("%d of the test's schemas were not dropped", left)
 	}
 }
+
+func TestRedisPrefixIsolatesAndCleansUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var prefixes [2]string
+	t.Run("Use", func(t *testing.T) {
+		client := testdb.Redis(t)
+		for i := range prefixes {
+			prefixes[i] = testdb.RedisPrefix(t)
+			if err := client.Set(ctx, prefixes[i]+"k", "v", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if prefixes[0] == prefixes[1] {
+			t.Fatalf("prefix %q twice: want two fresh ones", prefixes[0])
+		}
+	})
+	client := testdb.Redis(t)
+	for _, p := range prefixes {
+		if n, err := client.Exists(ctx, p+"k").Result(); err != nil || n != 0 {
+			t.Fatalf("%sk after the test: exists %d, %v; want deleted", p, n, err)
+		}
+	}
+}
