@@ -279,6 +279,10 @@ func validToken(s string) bool {
 	return true
 }
 
+// ErrBadConfig is wrapped by the error New returns when a Config field is
+// missing or out of range; the message names the field.
+var ErrBadConfig = errors.New("httpidem: bad config")
+
 // settings is a validated Config.
 type settings struct {
 	Config
@@ -292,23 +296,23 @@ type settings struct {
 
 func (c *Config) settings() (settings, error) {
 	if c == nil {
-		return settings{}, errors.New("httpidem: Config is required (Config.Principal at least)")
+		return settings{}, fmt.Errorf("%w: Config is required (Config.Principal at least)", ErrBadConfig)
 	}
 	s := settings{Config: *c}
 	if s.Principal == nil {
-		return settings{}, errors.New("httpidem: Config.Principal is required")
+		return settings{}, fmt.Errorf("%w: Config.Principal is required", ErrBadConfig)
 	}
 	if s.MaxBody == 0 {
 		s.MaxBody = DefaultMaxBody
 	}
 	if s.MaxBody < 0 || s.MaxBody > MaxMaxBody {
-		return settings{}, fmt.Errorf("httpidem: Config.MaxBody %d out of range [1, %d]", s.MaxBody, MaxMaxBody)
+		return settings{}, fmt.Errorf("%w: Config.MaxBody %d out of range [1, %d]", ErrBadConfig, s.MaxBody, MaxMaxBody)
 	}
 	if s.MaxResponse == 0 {
 		s.MaxResponse = DefaultMaxResponse
 	}
 	if s.MaxResponse < 0 || s.MaxResponse > MaxMaxResponse {
-		return settings{}, fmt.Errorf("httpidem: Config.MaxResponse %d out of range [1, %d]", s.MaxResponse, MaxMaxResponse)
+		return settings{}, fmt.Errorf("%w: Config.MaxResponse %d out of range [1, %d]", ErrBadConfig, s.MaxResponse, MaxMaxResponse)
 	}
 	if s.BodyTimeout == 0 {
 		s.BodyTimeout = DefaultBodyTimeout
@@ -317,7 +321,7 @@ func (c *Config) settings() (settings, error) {
 		s.MemoryBudget = max(DefaultMemoryBudget, s.MaxBody+s.MaxResponse)
 	}
 	if s.MemoryBudget < s.MaxBody {
-		return settings{}, fmt.Errorf("httpidem: Config.MemoryBudget %d is smaller than MaxBody %d", s.MemoryBudget, s.MaxBody)
+		return settings{}, fmt.Errorf("%w: Config.MemoryBudget %d is smaller than MaxBody %d", ErrBadConfig, s.MemoryBudget, s.MaxBody)
 	}
 	s.methods = c.Methods
 	if len(s.methods) == 0 {
@@ -326,9 +330,9 @@ func (c *Config) settings() (settings, error) {
 	for _, m := range s.methods {
 		switch {
 		case !validToken(m):
-			return settings{}, fmt.Errorf("httpidem: Config.Methods: %q is not a method name", m)
+			return settings{}, fmt.Errorf("%w: Config.Methods: %q is not a method name", ErrBadConfig, m)
 		case m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace:
-			return settings{}, fmt.Errorf("httpidem: Config.Methods: %s is a safe method; safe methods never take part", m)
+			return settings{}, fmt.Errorf("%w: Config.Methods: %s is a safe method; safe methods never take part", ErrBadConfig, m)
 		}
 	}
 	var err error
@@ -345,7 +349,7 @@ func (c *Config) settings() (settings, error) {
 	}
 	slices.Sort(s.keep)
 	if s.mode, s.fields, err = c.Fingerprint.parse(); err != nil {
-		return settings{}, fmt.Errorf("httpidem: Config.Fingerprint: %w", err)
+		return settings{}, fmt.Errorf("%w: Config.Fingerprint: %w", ErrBadConfig, err)
 	}
 	s.modeTag = []byte([...]string{"raw", "json", "fields"}[s.mode])
 	if s.ProblemBase == "" {
@@ -363,11 +367,11 @@ func headerNames(field string, names []string, bad func(string) bool) ([]string,
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		if !validToken(n) {
-			return nil, fmt.Errorf("httpidem: Config.%s: %q is not a header name", field, n)
+			return nil, fmt.Errorf("%w: Config.%s: %q is not a header name", ErrBadConfig, field, n)
 		}
 		cn := textproto.CanonicalMIMEHeaderKey(n)
 		if bad != nil && bad(cn) {
-			return nil, fmt.Errorf("httpidem: Config.%s: %s is never replayed", field, cn)
+			return nil, fmt.Errorf("%w: Config.%s: %s is never replayed", ErrBadConfig, field, cn)
 		}
 		out = append(out, cn)
 	}

@@ -160,20 +160,24 @@ func (c *Config) withDefaults() Config {
 	return out
 }
 
+// ErrBadConfig is wrapped by the error New returns when a Config field is
+// missing or out of range; the message names the field.
+var ErrBadConfig = errors.New("proxy: bad config")
+
 func (c *Config) validate() error {
 	switch {
 	case c.Upstream == nil:
-		return errors.New("proxy: Config.Upstream is required")
+		return fmt.Errorf("%w: Config.Upstream is required", ErrBadConfig)
 	case c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https":
-		return fmt.Errorf("proxy: Config.Upstream %q: scheme must be http or https", c.Upstream.Redacted())
+		return fmt.Errorf("%w: Config.Upstream %q: scheme must be http or https", ErrBadConfig, c.Upstream.Redacted())
 	case c.Upstream.Host == "":
-		return fmt.Errorf("proxy: Config.Upstream %q has no host", c.Upstream.Redacted())
+		return fmt.Errorf("%w: Config.Upstream %q has no host", ErrBadConfig, c.Upstream.Redacted())
 	case c.Store == nil:
-		return errors.New("proxy: Config.Store is required")
+		return fmt.Errorf("%w: Config.Store is required", ErrBadConfig)
 	case c.UpstreamTimeout < 0 || c.UpstreamTimeout > MaxUpstreamTimeout:
-		return fmt.Errorf("proxy: Config.UpstreamTimeout %v out of range (0, %v]", c.UpstreamTimeout, MaxUpstreamTimeout)
+		return fmt.Errorf("%w: Config.UpstreamTimeout %v out of range (0, %v]", ErrBadConfig, c.UpstreamTimeout, MaxUpstreamTimeout)
 	case c.UnknownHold < c.UpstreamTimeout:
-		return fmt.Errorf("proxy: Config.UnknownHold %v is shorter than UpstreamTimeout %v: a retry could be forwarded while the first attempt still runs", c.UnknownHold, c.UpstreamTimeout)
+		return fmt.Errorf("%w: Config.UnknownHold %v is shorter than UpstreamTimeout %v: a retry could be forwarded while the first attempt still runs", ErrBadConfig, c.UnknownHold, c.UpstreamTimeout)
 	}
 	return nil
 }

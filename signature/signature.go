@@ -111,9 +111,13 @@ func (cfg *Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// ErrBadConfig is wrapped by the error New returns when a Config field is
+// missing or out of range; the message names the field.
+var ErrBadConfig = errors.New("signature: bad config")
+
 func (c *Config) validate() error {
 	if c.Tolerance != 0 && (c.Tolerance < MinTolerance || c.Tolerance > MaxTolerance) {
-		return fmt.Errorf("signature: Config.Tolerance %s is outside [%s, %s]", c.Tolerance, MinTolerance, MaxTolerance)
+		return fmt.Errorf("%w: Config.Tolerance %s is outside [%s, %s]", ErrBadConfig, c.Tolerance, MinTolerance, MaxTolerance)
 	}
 	return nil
 }

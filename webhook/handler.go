@@ -106,27 +106,31 @@ type Handler[TX any] struct {
 	duration prometheus.Histogram
 }
 
+// ErrBadConfig is wrapped by the error New returns when a Config field is
+// missing or out of range; the message names the field.
+var ErrBadConfig = errors.New("webhook: bad config")
+
 // New returns the endpoint's handler over processor p. It refuses a
 // processor whose Retention is shorter than twice the signature tolerance
 // (a replay inside the signature window would run twice).
 func New[TX any](p *inbox.Processor[TX], cfg *Config) (*Handler[TX], error) {
 	if p == nil {
-		return nil, errors.New("webhook: nil processor")
+		return nil, fmt.Errorf("%w: nil processor", ErrBadConfig)
 	}
 	var c Config
 	if cfg != nil {
 		c = *cfg
 	}
 	if c.Verifier == nil && !c.Unsigned {
-		return nil, errors.New("webhook: Config.Verifier is required (or set Unsigned for an endpoint authenticated otherwise)")
+		return nil, fmt.Errorf("%w: Config.Verifier is required (or set Unsigned for an endpoint authenticated otherwise)", ErrBadConfig)
 	}
 	if c.Verifier != nil {
 		if r, tol := p.Config().Retention, c.Verifier.Tolerance(); r < 2*tol {
-			return nil, fmt.Errorf("webhook: inbox retention %v is shorter than twice the signature tolerance %v: a replay inside the window would run again", r, tol)
+			return nil, fmt.Errorf("%w: inbox retention %v is shorter than twice the signature tolerance %v: a replay inside the window would run again", ErrBadConfig, r, tol)
 		}
 	}
 	if c.MaxBody < 0 || c.RetryAfter < 0 {
-		return nil, errors.New("webhook: negative MaxBody or RetryAfter")
+		return nil, fmt.Errorf("%w: negative MaxBody or RetryAfter", ErrBadConfig)
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = DefaultMaxBody

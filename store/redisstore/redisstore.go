@@ -45,10 +45,14 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// ErrBadConfig is wrapped by the error New returns when a Config field is
+// missing or out of range; the message names the field.
+var ErrBadConfig = errors.New("redisstore: bad config")
+
 // validate names the offending field.
 func (c *Config) validate() error {
 	if len(c.Prefix) > maxPrefixLen {
-		return fmt.Errorf("redisstore: Config.Prefix is %d bytes, at most %d", len(c.Prefix), maxPrefixLen)
+		return fmt.Errorf("%w: Config.Prefix is %d bytes, at most %d", ErrBadConfig, len(c.Prefix), maxPrefixLen)
 	}
 	return nil
 }
