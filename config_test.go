@@ -44,14 +44,23 @@ func TestBadConfigIsMatchable(t *testing.T) {
 			_, err := httpidem.New(g, &httpidem.Config{Principal: principal, MaxBody: -1})
 			return err
 		}(), httpidem.ErrBadConfig},
-		{"proxy", func() error { _, err := proxy.New(&proxy.Config{Upstream: &url.URL{Scheme: "ftp", Host: "x"}, Store: st}); return err }(), proxy.ErrBadConfig},
+		{"proxy", func() error {
+			_, err := proxy.New(&proxy.Config{Upstream: &url.URL{Scheme: "ftp", Host: "x"}, Store: st})
+			return err
+		}(), proxy.ErrBadConfig},
 		{"signature", func() error {
 			_, err := signature.NewVerifier(signature.SchemeIdem, []string{"0123456789abcdef0123456789abcdef"}, &signature.Config{Tolerance: time.Hour * 24 * 365})
 			return err
 		}(), signature.ErrBadConfig},
 		{"webhook", func() error { _, err := webhook.New(p, &webhook.Config{}); return err }(), webhook.ErrBadConfig},
-		{"inbox", func() error { _, err := inbox.New(memstore.NewInbox(), apply, &inbox.Config{MaxAttempts: -1}); return err }(), inbox.ErrBadConfig},
-		{"outbox", func() error { _, err := outbox.New(memstore.NewOutbox(memstore.NewInbox()), &outbox.Config{}); return err }(), outbox.ErrBadConfig},
+		{"inbox", func() error {
+			_, err := inbox.New(memstore.NewInbox(), apply, &inbox.Config{MaxAttempts: -1})
+			return err
+		}(), inbox.ErrBadConfig},
+		{"outbox", func() error {
+			_, err := outbox.New(memstore.NewOutbox(memstore.NewInbox()), &outbox.Config{})
+			return err
+		}(), outbox.ErrBadConfig},
 	} {
 		if !errors.Is(tt.err, tt.sentinel) {
 			t.Errorf("%s: %v, want an error wrapping %v", tt.name, tt.err, tt.sentinel)
