@@ -164,6 +164,12 @@ type Config struct {
 	// GapDeadline is how long a delta gap may stay open before the
 	// compensator handles it. Defaults to 5 minutes.
 	GapDeadline time.Duration
+	// CompensateInterval is how often RunCompensator looks for gaps past
+	// GapDeadline. Defaults to GapDeadline/5, at least a second.
+	CompensateInterval time.Duration
+	// SweepInterval is how often RunSweeper deletes what is past
+	// Retention. Defaults to DefaultSweepInterval (1 h).
+	SweepInterval time.Duration
 	// Now is the clock for received times and gaps. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives gaps, dead letters and retries. Defaults to a logger
@@ -181,7 +187,9 @@ const (
 	DefaultBackoff     = 50 * time.Millisecond
 	DefaultRetention   = 72 * time.Hour
 	DefaultGapDeadline = 5 * time.Minute
-	maxBackoff         = 2 * time.Second
+	// DefaultSweepInterval is the default Config.SweepInterval.
+	DefaultSweepInterval = time.Hour
+	maxBackoff           = 2 * time.Second
 )
 
 // Processor is the inbox and order component: it records each event in the
@@ -209,8 +217,9 @@ func New[TX any](s store.InboxStore[TX], apply ApplyFunc[TX], cfg *Config) (*Pro
 	switch {
 	case c.Mode != 0 && c.Mode != order.Snapshot && c.Mode != order.Delta:
 		return nil, fmt.Errorf("%w: Mode %v", ErrBadConfig, c.Mode)
-	case c.MaxParked < 0, c.MaxAttempts < 0, c.Backoff < 0, c.Retention < 0, c.GapDeadline < 0:
-		return nil, fmt.Errorf("%w: negative MaxParked, MaxAttempts, Backoff, Retention or GapDeadline", ErrBadConfig)
+	case c.MaxParked < 0, c.MaxAttempts < 0, c.Backoff < 0, c.Retention < 0, c.GapDeadline < 0,
+		c.CompensateInterval < 0, c.SweepInterval < 0:
+		return nil, fmt.Errorf("%w: negative MaxParked, MaxAttempts, Backoff, Retention, GapDeadline, CompensateInterval or SweepInterval", ErrBadConfig)
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
@@ -223,6 +232,12 @@ func New[TX any](s store.InboxStore[TX], apply ApplyFunc[TX], cfg *Config) (*Pro
 	}
 	if c.GapDeadline == 0 {
 		c.GapDeadline = DefaultGapDeadline
+	}
+	if c.CompensateInterval == 0 {
+		c.CompensateInterval = max(c.GapDeadline/5, time.Second)
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/internal/loop"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/store"
 )
@@ -87,27 +87,18 @@ func (p *Processor[TX]) compensateTx(ctx context.Context, tx TX, sk store.Stream
 	return res, nil
 }
 
-// RunCompensator calls Compensate every interval until ctx ends, and again
-// at once after a pass that compensated something (a backlog drains
-// without waiting). Errors are logged. An interval <= 0 means GapDeadline/5.
-func (p *Processor[TX]) RunCompensator(ctx context.Context, fn CompensateFunc[TX], interval time.Duration) {
-	if interval <= 0 {
-		interval = max(p.cfg.GapDeadline/5, time.Second)
-	}
-	for {
+// RunCompensator calls Compensate with fn every Config.CompensateInterval
+// until ctx ends, and again at once after a pass that compensated something
+// (a backlog drains without waiting). Errors are logged. It returns ctx's
+// error.
+func (p *Processor[TX]) RunCompensator(ctx context.Context, fn CompensateFunc[TX]) error {
+	return loop.Every(ctx, p.cfg.CompensateInterval, func() bool {
 		n, err := p.Compensate(ctx, fn)
 		if err != nil && ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "inbox: compensation failed", "error", err)
 		}
-		if n > 0 && err == nil {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
-		}
-	}
+		return n > 0 && err == nil
+	})
 }
 
 // sweepBatch is how many rows one SweepInbox call deletes.
@@ -130,22 +121,15 @@ func (p *Processor[TX]) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-// RunSweeper calls Sweep every interval until ctx ends, logging errors. An
-// interval <= 0 means one hour.
-func (p *Processor[TX]) RunSweeper(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		interval = time.Hour
-	}
-	for {
+// RunSweeper calls Sweep every Config.SweepInterval until ctx ends,
+// logging errors. It returns ctx's error.
+func (p *Processor[TX]) RunSweeper(ctx context.Context) error {
+	return loop.Every(ctx, p.cfg.SweepInterval, func() bool {
 		if _, err := p.Sweep(ctx); err != nil && ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "inbox: sweep failed", "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
-		}
-	}
+		return false
+	})
 }
 
 // DeadLetters lists up to limit dead letters with ID > after, by ID.

@@ -58,7 +58,7 @@
 //   - One intent of a stream at a time: a row is claimed only when every
 //     earlier row of its stream is DONE or DEAD, so a stream is delivered in
 //     enqueue order, each after the previous one ended.
-//   - DONE is final until Sweep deletes it, Config.Retention after it
+//   - DONE is final until Sweep (or RunSweeper, every SweepInterval) deletes it, Config.Retention after it
 //     ended; DEAD is final until an operator requeues it.
 //   - Due times and leases are measured on the relays' clock (Config.Now),
 //     not the store's: relays that share a store need clocks that agree

@@ -138,6 +138,9 @@ type Config struct {
 	// Retention is how long done intents are kept (Sweep). Defaults to 7
 	// days.
 	Retention time.Duration
+	// SweepInterval is how often RunSweeper deletes done intents past
+	// Retention. Defaults to DefaultSweepInterval (1 h).
+	SweepInterval time.Duration
 	// Client sends the requests. Defaults to an http.Client that follows no
 	// redirects. A client that follows redirects is refused.
 	Client *http.Client
@@ -161,8 +164,10 @@ const (
 	DefaultMaxAttempts  = 25
 	DefaultPollInterval = time.Second
 	DefaultRetention    = 7 * 24 * time.Hour
-	DefaultTimeout      = 10 * time.Second
-	DefaultKeyHeader    = "Idempotency-Key"
+	// DefaultSweepInterval is the default Config.SweepInterval.
+	DefaultSweepInterval = time.Hour
+	DefaultTimeout       = 10 * time.Second
+	DefaultKeyHeader     = "Idempotency-Key"
 )
 
 var targetName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
@@ -182,6 +187,7 @@ func (c *Config) withDefaults() (Config, map[string]*Target, error) {
 	def(&o.MaxBackoff, DefaultMaxBackoff)
 	def(&o.PollInterval, DefaultPollInterval)
 	def(&o.Retention, DefaultRetention)
+	def(&o.SweepInterval, DefaultSweepInterval)
 	if o.Batch == 0 {
 		o.Batch = DefaultBatch
 	}
@@ -191,7 +197,7 @@ func (c *Config) withDefaults() (Config, map[string]*Target, error) {
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
-	if o.Lease < 0 || o.Backoff < 0 || o.MaxBackoff < o.Backoff || o.PollInterval < 0 || o.Retention < 0 ||
+	if o.Lease < 0 || o.Backoff < 0 || o.MaxBackoff < o.Backoff || o.PollInterval < 0 || o.Retention < 0 || o.SweepInterval < 0 ||
 		o.Batch < 0 || o.Concurrency < 0 || o.MaxAttempts < 0 {
 		return Config{}, nil, fmt.Errorf("%w: negative durations or counts, or MaxBackoff below Backoff", ErrBadConfig)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/internal/loop"
 	"github.com/idemhq/idem/signature"
 	"github.com/idemhq/idem/store"
 )
@@ -376,6 +377,20 @@ func (r *Relay[TX]) backoff(n int) time.Duration {
 	}
 	d = min(d, r.cfg.MaxBackoff)
 	return d/2 + mrand.N(d/2+1)
+}
+
+// RunSweeper calls Sweep every Config.SweepInterval until ctx ends, logging
+// errors, so that done intents do not pile up. Several relays may run it on
+// one store. It returns ctx's error.
+func (r *Relay[TX]) RunSweeper(ctx context.Context) error {
+	return loop.Every(ctx, r.cfg.SweepInterval, func() bool {
+		if n, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
+			r.log.ErrorContext(ctx, "outbox: sweep failed", "error", err)
+		} else if n > 0 {
+			r.log.DebugContext(ctx, "outbox: swept done intents", "deleted", n)
+		}
+		return false
+	})
 }
 
 // Sweep deletes done intents older than Retention, in batches.

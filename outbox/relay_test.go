@@ -527,3 +527,35 @@ func TestGoneButNotDisabledBacksOff(t *testing.T) {
 		t.Fatalf("claimed %d again at once, target called %d times", n, tg.calls())
 	}
 }
+
+// RunSweeper deletes done intents past Retention on its own, the first
+// pass at once, and returns ctx's error when ctx ends.
+func TestRunSweeper(t *testing.T) {
+	f := newFixture()
+	tg := newTarget(t, false)
+	r := f.relay(t, []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: orderKey("charge-")}}, func(c *outbox.Config) {
+		c.Retention = time.Hour
+	})
+	id := f.enqueue(t, r, charge("o-1"))
+	if n, err := r.RunOnce(t.Context()); n != 1 || err != nil {
+		t.Fatalf("deliver: %d %v", n, err)
+	}
+	f.clock.Advance(2 * time.Hour)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.RunSweeper(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := f.s.GetIntent(t.Context(), id); errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the done intent was not swept")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunSweeper returned %v, want context.Canceled", err)
+	}
+}

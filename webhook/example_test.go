@@ -95,8 +95,8 @@ func Example() {
 	mux.Handle("POST /events", h)
 	mux.Handle("/admin/inbox/", http.StripPrefix("/admin/inbox", webhook.Admin(p))) // private address
 	var wg sync.WaitGroup
-	wg.Go(func() { p.RunCompensator(ctx, refetch, 0) }) // delta gaps past their deadline
-	wg.Go(func() { p.RunSweeper(ctx, 0) })              // inbox rows past retention
+	wg.Go(func() { _ = p.RunCompensator(ctx, refetch) }) // delta gaps past their deadline
+	wg.Go(func() { _ = p.RunSweeper(ctx) })              // inbox rows past retention
 	defer wg.Wait()
 	defer cancel()
 

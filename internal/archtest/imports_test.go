@@ -51,7 +51,7 @@ var layers = []struct {
 	{wire, []string{"event", "signature", "problem"}},
 	{storeAPI, []string{"store"}},
 	{storeImpl, []string{"store/memstore", "store/sqlitestore", "store/pgstore", "store/redisstore"}},
-	{machinery, []string{"internal/migrate", "internal/promreg"}},
+	{machinery, []string{"internal/migrate", "internal/promreg", "internal/loop"}},
 	{testHelper, []string{"store/storetest", "internal/testutil/...", "internal/chaos", "internal/hostile",
 		"internal/archtest"}},
 	{example, []string{"", "examples/..."}},
