@@ -313,7 +313,11 @@ func (r *Relay[TX]) attempt(ctx context.Context, t *Target, in store.Intent) out
 		// Sent or not, we cannot tell: the outcome is unknown. The retry
 		// carries the same key, so a target that honours it dedups.
 		r.m.unknown.Inc()
-		r.log.WarnContext(ctx, "outbox: outcome unknown (no answer); re-attempting later with the same key",
+		next := "re-attempting later with the same key"
+		if in.Attempts >= r.cfg.MaxAttempts {
+			next = "the budget is spent, so the intent goes dead (it may have taken effect)"
+		}
+		r.log.WarnContext(ctx, "outbox: outcome unknown (no answer); "+next,
 			"intent", in.ID, "target", t.Name, "key", key, "attempt", in.Attempts, "error", err)
 		return outcome{kind: "retry", message: "no answer: " + err.Error()}
 	}
