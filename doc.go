@@ -95,8 +95,10 @@
 //     keys only; New refuses a server that does not fsync every write
 //     (unless Config.AllowNonDurable).
 //   - store/memstore: the in-memory reference model.
-//   - store/storetest: the conformance suite every store passes, and the
-//     shared benchmarks.
+//   - store/storetest: the conformance suite every store passes: the
+//     storage contract, called directly.
+//   - store/storetest/flowtest: key.Guard and inbox.Processor over every
+//     store, with faults, and the shared benchmarks.
 //
 // # The idem command
 //

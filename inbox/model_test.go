@@ -22,7 +22,7 @@ import (
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
-	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/store/storetest/flowtest"
 )
 
 // The model test drives a Processor over memstore.NewInbox() with random
@@ -62,7 +62,7 @@ func (k evKey) String() string { return fmt.Sprintf("%s/%s/%d", k.obj, k.exec(),
 // event is the CloudEvent for k: the original (dup 0) or republished copy
 // dup under another ID.
 func (k evKey) event(dup int) event.Event {
-	ev := storetest.FlowEvent(k.obj, k.seq, k.exec(), fmt.Sprintf(`{"obj":%q,"run":%d,"seq":%d}`, k.obj, k.run, k.seq))
+	ev := flowtest.FlowEvent(k.obj, k.seq, k.exec(), fmt.Sprintf(`{"obj":%q,"run":%d,"seq":%d}`, k.obj, k.run, k.seq))
 	if dup > 0 {
 		ev.ID += "#" + strconv.Itoa(dup)
 	}
@@ -301,7 +301,7 @@ func (m *model) compensate(d dueGap) {
 }
 
 func streamKey(obj string) store.StreamKey {
-	return store.StreamKey{Source: storetest.FlowSource, Subject: obj}
+	return store.StreamKey{Source: flowtest.FlowSource, Subject: obj}
 }
 
 // harness is one run: the processor on a fresh memory inbox, its ledger,
@@ -509,7 +509,7 @@ func (h *harness) compensateStep(rt *rapid.T) {
 	fn := func(ctx context.Context, tx *memstore.Tx, sk store.StreamKey, g order.Gap) error {
 		calls = append(calls, gapString(sk.Subject, g))
 		o := h.m.objs[sk.Subject]
-		if o == nil || sk.Source != storetest.FlowSource {
+		if o == nil || sk.Source != flowtest.FlowSource {
 			return fmt.Errorf("compensating unknown stream %v", sk)
 		}
 		for s := g.From; s <= g.To; s++ {

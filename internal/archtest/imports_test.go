@@ -33,6 +33,8 @@ const (
 	storeAPI   layer = "store"                // the storage interfaces
 	storeImpl  layer = "store implementation" // one database each
 	machinery  layer = "machinery"            // internal runtime helpers: migrations, metrics registration
+	suite      layer = "conformance suite"    // the storage contract, checked by calling stores alone
+	testClock  layer = "test clock"           // the one test helper the conformance suite uses
 	testHelper layer = "test helper"          // imported by tests only
 	example    layer = "example"              // programs a user could copy out of the module, and the tour
 )
@@ -52,7 +54,9 @@ var layers = []struct {
 	{storeAPI, []string{"store"}},
 	{storeImpl, []string{"store/memstore", "store/sqlitestore", "store/pgstore", "store/redisstore"}},
 	{machinery, []string{"internal/migrate", "internal/promreg", "internal/loop"}},
-	{testHelper, []string{"store/storetest", "internal/testutil/...", "internal/chaos", "internal/hostile",
+	{suite, []string{"store/storetest"}},
+	{testClock, []string{"internal/testutil/testclock"}}, // before testHelper: a package is in the first layer that names it
+	{testHelper, []string{"store/storetest/...", "internal/testutil/...", "internal/chaos", "internal/hostile",
 		"internal/archtest"}},
 	{example, []string{"", "examples/..."}},
 }
@@ -83,7 +87,11 @@ var mayImport = []arrows{
 		"a store implementation serves package store's interfaces; it knows no concern, no HTTP surface, no other store"},
 	{machinery, []layer{storeAPI},
 		"runtime machinery serves the stores and commands and knows none of them"},
-	{testHelper, []layer{command, surface, concern, wire, storeAPI, storeImpl, machinery, testHelper},
+	{suite, []layer{storeAPI, testClock},
+		"the conformance suite is the storage contract: it calls stores through package store alone and knows no concern (package flowtest runs those over every store)"},
+	{testClock, nil,
+		"the test clock imports nothing of idem's, so that the conformance suite may use it"},
+	{testHelper, []layer{command, surface, concern, wire, storeAPI, storeImpl, machinery, suite, testClock, testHelper},
 		"a test helper may use anything but an example"},
 	{example, []layer{surface, concern, wire, storeAPI, storeImpl},
 		"an example uses the public packages only, as a user's program would"},
@@ -109,7 +117,7 @@ type ban struct {
 
 // forbidden are the bans, outside packages mostly.
 var forbidden = []ban{
-	{[]layer{concern, wire, storeAPI, machinery}, drivers, true,
+	{[]layer{concern, wire, storeAPI, machinery, suite}, drivers, true,
 		"a database driver belongs to its store implementation"},
 	{[]layer{concern}, []string{"net/http"}, false,
 		"a concern decides, and HTTP is the surfaces' job (the wire helpers it uses may bring net/http along)"},
@@ -178,16 +186,18 @@ func TestRulesCatch(t *testing.T) {
 	}
 	m := func(rel string) string { return strings.TrimSuffix(module+"/"+rel, "/") }
 	pkgs := []pkg{
-		p(m("key"), []string{m("store"), m("store/pgstore")}),                     // concern → store implementation
-		p(m("order"), []string{m("internal/promreg")}, "github.com/jackc/pgx/v5"), // concern reaching a driver
-		p(m("inbox"), []string{"net/http", m("order")}),                           // concern → net/http
-		p(m("store/sqlitestore"), []string{m("store"), m("inbox")}),               // store implementation → concern
-		p(m("store/pgstore"), []string{m("store"), m("webhook")}),                 // store implementation → surface
-		p(m("webhook"), []string{m("httpidem")}),                                  // surface → surface
-		p(m("signature"), []string{m("store/storetest")}, "testing"),              // test helper in non-test code
-		p(m("examples/demo"), []string{m("internal/loadtest"), m("proxy")}),       // example → internal
-		p(m(""), []string{m("store/memstore")}),                                   // the tour, fine
-		p(m("newthing"), nil),                                                     // in no layer
+		p(m("key"), []string{m("store"), m("store/pgstore")}),                                                                   // concern → store implementation
+		p(m("order"), []string{m("internal/promreg")}, "github.com/jackc/pgx/v5"),                                               // concern reaching a driver
+		p(m("inbox"), []string{"net/http", m("order")}),                                                                         // concern → net/http
+		p(m("store/sqlitestore"), []string{m("store"), m("inbox")}),                                                             // store implementation → concern
+		p(m("store/pgstore"), []string{m("store"), m("webhook")}),                                                               // store implementation → surface
+		p(m("webhook"), []string{m("httpidem")}),                                                                                // surface → surface
+		p(m("signature"), []string{m("store/storetest")}, "testing"),                                                            // test helper in non-test code
+		p(m("examples/demo"), []string{m("internal/loadtest"), m("proxy")}),                                                     // example → internal
+		p(m("store/storetest"), []string{m("store"), m("internal/testutil/testclock"), m("key"), m("internal/testutil/fault")}), // the contract → a concern, a test helper
+		p(m("store/storetest/flowtest"), []string{m("store/storetest"), m("key"), m("internal/testutil/fault")}),                // the flows, fine
+		p(m(""), []string{m("store/memstore")}),                                                                                 // the tour, fine
+		p(m("newthing"), nil),                                                                                                   // in no layer
 	}
 	want := []string{
 		"key imports " + m("store/pgstore"),
@@ -199,6 +209,8 @@ func TestRulesCatch(t *testing.T) {
 		"signature imports " + m("store/storetest"),
 		"signature reaches testing",
 		"examples/demo imports " + m("internal/loadtest"),
+		"store/storetest imports " + m("key"),
+		"store/storetest imports " + m("internal/testutil/fault"),
 	}
 	vs, unplaced := importViolations(pkgs)
 	var got []string

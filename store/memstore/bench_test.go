@@ -7,11 +7,11 @@ import (
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
-	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/store/storetest/flowtest"
 )
 
 func BenchmarkEngine(b *testing.B) {
-	storetest.Bench(b, func(b *testing.B) store.Store { return memstore.New(nil) })
+	flowtest.Bench(b, func(b *testing.B) store.Store { return memstore.New(nil) })
 }
 
 // BenchmarkBaseline is the same work written by hand: a mutex-guarded map,

@@ -1,7 +1,8 @@
 // Package memstore is the in-memory reference model of a request-key store.
 //
-// It is what the other stores are checked against: every rule of
-// store.Store is written here as plainly as possible, under one mutex. It
+// Every rule of store.Store is written here as plainly as possible, under
+// one mutex; the conformance suite holds it, like every store, to the
+// model of the record's state machine in package storetest. It
 // keeps nothing across a restart (Capabilities.Durable is false) and serves
 // one process only; its memory is bounded by the sweeper, which deletes
 // expired records.

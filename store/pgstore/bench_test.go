@@ -11,12 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/store/storetest/flowtest"
 )
 
 // The engine through this store, on the server's clock.
 func BenchmarkEngine(b *testing.B) {
-	storetest.Bench(b, func(b *testing.B) store.Store {
+	flowtest.Bench(b, func(b *testing.B) store.Store {
 		return newStore(b, migratedPool(b), nil)
 	})
 }

@@ -8,27 +8,30 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/store/storetest/flowtest"
 )
+
+// open returns a store on a fresh migrated schema, with the ledger table
+// beside the store's.
+func open(t *testing.T, now func() time.Time) storetest.Subject[pgx.Tx] {
+	t.Helper()
+	pool := migratedPool(t)
+	return storetest.Subject[pgx.Tx]{Store: newStore(t, pool, now), Ledger: newLedger(t, pool)}
+}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Exercise(t, func(t *testing.T, now func() time.Time) store.Store {
-		return newStore(t, migratedPool(t), now)
-	})
+	storetest.Exercise(t, open)
 }
 
-func TestConformanceTx(t *testing.T) {
+func TestFlows(t *testing.T) {
 	t.Parallel()
-	storetest.ExerciseTx(t, func(t *testing.T, now func() time.Time) (store.TxStore[pgx.Tx], storetest.Ledger[pgx.Tx]) {
-		pool := migratedPool(t)
-		return newStore(t, pool, now), newLedger(t, pool)
-	})
+	flowtest.Exercise(t, open)
 }
 
-// ledger is the business table of the transactional suite, in the store's
-// schema: one row per charge.
+// ledger is the business table of the transactional sections, in the
+// store's schema: one row per charge.
 type ledger struct{ pool *pgxpool.Pool }
 
 func newLedger(t *testing.T, pool *pgxpool.Pool) ledger {

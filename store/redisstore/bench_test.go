@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/store/storetest/flowtest"
 )
 
 // The benchmarks measure the store on the work of one request, and a raw
@@ -36,7 +36,7 @@ const (
 func benchKey(i int64) string { return fmt.Sprintf("%032d", i) }
 
 func BenchmarkEngine(b *testing.B) {
-	storetest.Bench(b, func(b *testing.B) store.Store {
+	flowtest.Bench(b, func(b *testing.B) store.Store {
 		s, _ := newTestStore(b, nil)
 		return s
 	})
@@ -49,7 +49,7 @@ func BenchmarkStore(b *testing.B) {
 	b.Run("New", func(b *testing.B) {
 		s, _ := newTestStore(b, nil)
 		var n atomic.Int64
-		storetest.RunSeqAndParallel(b, func() {
+		flowtest.RunSeqAndParallel(b, func() {
 			p := claim
 			p.Key = benchKey(n.Add(1))
 			res, err := s.Claim(ctx, p)
@@ -77,7 +77,7 @@ func BenchmarkStore(b *testing.B) {
 			}
 		}
 		var n atomic.Int64
-		storetest.RunSeqAndParallel(b, func() {
+		flowtest.RunSeqAndParallel(b, func() {
 			p := claim
 			p.Key = benchKey(n.Add(1) % keys)
 			res, err := s.Claim(ctx, p)
@@ -98,7 +98,7 @@ func BenchmarkRaw(b *testing.B) {
 		client := testdb.Redis(b)
 		prefix := testdb.RedisPrefix(b)
 		var n atomic.Int64
-		storetest.RunSeqAndParallel(b, func() {
+		flowtest.RunSeqAndParallel(b, func() {
 			key := prefix + benchKey(n.Add(1))
 			ok, err := client.SetNX(ctx, key, claimValue, benchRetention).Result()
 			if err != nil || !ok {
@@ -120,7 +120,7 @@ func BenchmarkRaw(b *testing.B) {
 			}
 		}
 		var n atomic.Int64
-		storetest.RunSeqAndParallel(b, func() {
+		flowtest.RunSeqAndParallel(b, func() {
 			resp, err := client.Get(ctx, prefix+benchKey(n.Add(1)%keys)).Bytes()
 			if err != nil || len(resp) == 0 {
 				b.Fatalf("GET = %q, %v", resp, err)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/store"
-	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/store/storetest/flowtest"
 )
 
 // The benchmarks below measure the store on the work of one request, and a
@@ -49,7 +49,7 @@ func benchStore(b *testing.B) (*Store, *sql.DB) {
 func benchKey(i int64) string { return fmt.Sprintf("%032d", i) }
 
 func BenchmarkEngine(b *testing.B) {
-	storetest.Bench(b, func(b *testing.B) store.Store {
+	flowtest.Bench(b, func(b *testing.B) store.Store {
 		s, _ := benchStore(b)
 		return s
 	})
@@ -72,7 +72,7 @@ func BenchmarkStore(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		storetest.RunSeqAndParallel(b, work)
+		flowtest.RunSeqAndParallel(b, work)
 	})
 
 	b.Run("Replay", func(b *testing.B) {
@@ -98,7 +98,7 @@ func BenchmarkStore(b *testing.B) {
 				b.Fatalf("Claim = %+v, %v", res, err)
 			}
 		}
-		storetest.RunSeqAndParallel(b, work)
+		flowtest.RunSeqAndParallel(b, work)
 	})
 }
 
@@ -135,7 +135,7 @@ func BenchmarkRaw(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		storetest.RunSeqAndParallel(b, work)
+		flowtest.RunSeqAndParallel(b, work)
 	})
 
 	b.Run("Replay", func(b *testing.B) {
@@ -157,7 +157,7 @@ func BenchmarkRaw(b *testing.B) {
 				b.Fatalf("SELECT = %d, %v", state, err)
 			}
 		}
-		storetest.RunSeqAndParallel(b, work)
+		flowtest.RunSeqAndParallel(b, work)
 	})
 }
 

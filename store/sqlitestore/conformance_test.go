@@ -5,11 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/storetest"
+	"github.com/idemhq/idem/store/storetest/flowtest"
 )
 
-func newConformanceStore(t *testing.T, now func() time.Time) (*Store, *sql.DB) {
+// open returns a store on a fresh migrated file, with the ledger table
+// beside the store's.
+func open(t *testing.T, now func() time.Time) storetest.Subject[*sql.Tx] {
 	t.Helper()
 	db, _ := openMigrated(t, nil)
 	s, err := New(db, &Config{Now: now})
@@ -17,21 +19,15 @@ func newConformanceStore(t *testing.T, now func() time.Time) (*Store, *sql.DB) {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s, db
+	return storetest.Subject[*sql.Tx]{Store: s, Ledger: newLedger(t, db)}
 }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Exercise(t, func(t *testing.T, now func() time.Time) store.Store {
-		s, _ := newConformanceStore(t, now)
-		return s
-	})
+	storetest.Exercise(t, open)
 }
 
-func TestConformanceTx(t *testing.T) {
+func TestFlows(t *testing.T) {
 	t.Parallel()
-	storetest.ExerciseTx[*sql.Tx](t, func(t *testing.T, now func() time.Time) (store.TxStore[*sql.Tx], storetest.Ledger[*sql.Tx]) {
-		s, db := newConformanceStore(t, now)
-		return s, newLedger(t, db)
-	})
+	flowtest.Exercise(t, open)
 }

@@ -14,17 +14,14 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// NewInboxStore returns an empty inbox store, isolated from every other
-// test's, and a ledger in the same database whose Charge joins the store's
-// transactions. Everything it opened is closed by t.Cleanup.
-type NewInboxStore[TX any] func(t *testing.T) (store.InboxStore[TX], Ledger[TX])
-
-// ExerciseInbox runs the storage half of the inbox conformance suite: each
-// InboxStore method's contract, and the concurrency the inbox relies on
-// (one inbox row per event key, one decision at a time per stream, even a
-// new one). The processing half, through package inbox, is ExerciseInboxFlow.
-func ExerciseInbox[TX any](t *testing.T, newStore NewInboxStore[TX]) {
-	t.Helper()
+// exerciseInbox checks store.InboxStore: each method's contract, and the
+// concurrency the inbox relies on (one inbox row per event key, one
+// decision at a time per stream, even a new one).
+func exerciseInbox[TX any](t *testing.T, open Open[TX]) {
+	newStore := func(t *testing.T) (store.InboxStore[TX], Ledger[TX]) {
+		t.Helper()
+		return OpenAs[store.InboxStore[TX]](t, open, nil)
+	}
 	ctx := context.Background()
 	at := testclock.Epoch0
 	sk := store.StreamKey{Source: "https://shop.example/orders", Subject: "o-1"}
@@ -72,36 +69,24 @@ func ExerciseInbox[TX any](t *testing.T, newStore NewInboxStore[TX]) {
 		s, ledger := newStore(t)
 		const n = 32
 		var (
-			wg       sync.WaitGroup
-			start    = make(chan struct{})
 			mu       sync.Mutex
 			inserted int
-			errs     []error
 		)
-		for range n {
-			wg.Go(func() {
-				<-start
-				err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
-					_, ins, err := s.RecordEventTx(ctx, tx, ek("dup"), at)
-					if err != nil || !ins {
-						return err
-					}
-					mu.Lock()
-					inserted++
-					mu.Unlock()
-					return ledger.Charge(ctx, tx, "dup")
-				})
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
+		errs := make([]error, n)
+		Concurrently(n, func(i int) {
+			errs[i] = s.InTx(ctx, func(ctx context.Context, tx TX) error {
+				_, ins, err := s.RecordEventTx(ctx, tx, ek("dup"), at)
+				if err != nil || !ins {
+					return err
 				}
+				mu.Lock()
+				inserted++
+				mu.Unlock()
+				return ledger.Charge(ctx, tx, "dup")
 			})
-		}
-		close(start)
-		wg.Wait()
-		if len(errs) > 0 {
-			t.Fatalf("%d transactions failed, first: %v", len(errs), errs[0])
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("transactions failed: %v", err)
 		}
 		if c := charges(t, ledger, "dup"); inserted != 1 || c != 1 {
 			t.Fatalf("inserted %d times, %d ledger rows; want 1 and 1", inserted, c)
@@ -112,34 +97,24 @@ func ExerciseInbox[TX any](t *testing.T, newStore NewInboxStore[TX]) {
 		t.Parallel()
 		s, _ := newStore(t)
 		const n = 24
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		errc := make(chan error, n)
-		for range n {
-			wg.Go(func() {
-				<-start
-				errc <- s.InTx(ctx, func(ctx context.Context, tx TX) error {
-					state, err := s.LockStreamTx(ctx, tx, sk)
-					if err != nil {
+		errs := make([]error, n)
+		Concurrently(n, func(i int) {
+			errs[i] = s.InTx(ctx, func(ctx context.Context, tx TX) error {
+				state, err := s.LockStreamTx(ctx, tx, sk)
+				if err != nil {
+					return err
+				}
+				c := 0
+				if state != nil {
+					if c, err = strconv.Atoi(string(state)); err != nil {
 						return err
 					}
-					c := 0
-					if state != nil {
-						if c, err = strconv.Atoi(string(state)); err != nil {
-							return err
-						}
-					}
-					return s.PutStreamTx(ctx, tx, sk, []byte(strconv.Itoa(c+1)), time.Time{})
-				})
+				}
+				return s.PutStreamTx(ctx, tx, sk, []byte(strconv.Itoa(c+1)), time.Time{})
 			})
-		}
-		close(start)
-		wg.Wait()
-		close(errc)
-		for err := range errc {
-			if err != nil {
-				t.Fatal(err)
-			}
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
 		}
 		var got []byte
 		inTx(t, s, func(ctx context.Context, tx TX) error {

@@ -15,18 +15,16 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// NewOutboxStore returns an empty outbox store, isolated from every other
-// test's, and a ledger in the same database whose Charge joins the store's
-// transactions. Everything it opened is closed by t.Cleanup.
-type NewOutboxStore[TX any] func(t *testing.T) (store.OutboxStore[TX], Ledger[TX])
-
-// ExerciseOutbox runs the outbox conformance suite: an intent exists if and
-// only if its business transaction committed; each due row is claimed by
-// one relay at a time; every result is fenced by the claim; streams deliver
-// one row at a time in order; disabled targets wait; dead rows can be
-// requeued; done rows are swept.
-func ExerciseOutbox[TX any](t *testing.T, newStore NewOutboxStore[TX]) {
-	t.Helper()
+// exerciseOutbox checks store.OutboxStore: an intent exists if and only if
+// its business transaction committed; each due row is claimed by one relay
+// at a time; every result is fenced by the claim; streams deliver one row
+// at a time in order; disabled targets wait; dead rows can be requeued;
+// done rows are swept.
+func exerciseOutbox[TX any](t *testing.T, open Open[TX]) {
+	newStore := func(t *testing.T) (store.OutboxStore[TX], Ledger[TX]) {
+		t.Helper()
+		return OpenAs[store.OutboxStore[TX]](t, open, nil)
+	}
 	ctx := context.Background()
 	t0 := testclock.Epoch0
 	enqueue := func(t *testing.T, s store.OutboxStore[TX], in store.Intent) (int64, int64) {
@@ -127,39 +125,31 @@ func ExerciseOutbox[TX any](t *testing.T, newStore NewOutboxStore[TX]) {
 			t.Fatal(err)
 		}
 		var (
-			mu     sync.Mutex
-			seen   = map[int64]string{}
-			dupes  []string
-			wg     sync.WaitGroup
-			start  = make(chan struct{})
-			errs   []error
-			relays = 6
+			mu    sync.Mutex
+			seen  = map[int64]string{}
+			dupes []string
+			errs  []error
 		)
-		for r := range relays {
-			wg.Go(func() {
-				<-start
-				owner := "relay-" + strconv.Itoa(r)
-				for {
-					got, err := s.ClaimIntents(ctx, store.OutboxClaim{Owner: owner, Now: t0, Lease: time.Minute, Limit: 7})
-					mu.Lock()
-					if err != nil {
-						errs = append(errs, err)
-					}
-					for _, in := range got {
-						if prev, ok := seen[in.ID]; ok {
-							dupes = append(dupes, fmt.Sprintf("%d by %s and %s", in.ID, prev, owner))
-						}
-						seen[in.ID] = owner
-					}
-					mu.Unlock()
-					if err != nil || len(got) == 0 {
-						return
-					}
+		Concurrently(6, func(r int) {
+			owner := "relay-" + strconv.Itoa(r)
+			for {
+				got, err := s.ClaimIntents(ctx, store.OutboxClaim{Owner: owner, Now: t0, Lease: time.Minute, Limit: 7})
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
 				}
-			})
-		}
-		close(start)
-		wg.Wait()
+				for _, in := range got {
+					if prev, ok := seen[in.ID]; ok {
+						dupes = append(dupes, fmt.Sprintf("%d by %s and %s", in.ID, prev, owner))
+					}
+					seen[in.ID] = owner
+				}
+				mu.Unlock()
+				if err != nil || len(got) == 0 {
+					return
+				}
+			}
+		})
 		if len(errs) > 0 {
 			t.Fatalf("%d claims failed, first: %v", len(errs), errs[0])
 		}

@@ -3,140 +3,83 @@ package storetest
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/testutil/fault"
 	"github.com/idemhq/idem/internal/testutil/testclock"
-	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/store"
 )
 
-// ExerciseTx runs the transactional conformance suite: the business write
-// and the fenced completion commit together, so the ledger holds exactly one
-// row per key whatever fails.
-func ExerciseTx[TX any](t *testing.T, newStore NewTxStore[TX]) {
-	t.Helper()
+// exerciseTx checks store.TxStore by calling it directly: CompleteTx
+// commits or rolls back with the caller's transaction, and is fenced like
+// Complete, so that a stale holder's business writes roll back.
+func exerciseTx[TX any](t *testing.T, open Open[TX]) {
 	ctx := context.Background()
-	type txBundle struct {
-		ts     *fault.TxStore[TX]
-		raw    store.TxStore[TX]
-		ledger Ledger[TX]
-		clock  *testclock.Clock
-		guard  *key.TxGuard[TX]
-	}
-	setupTx := func(t *testing.T) txBundle {
+	setup := func(t *testing.T) (store.TxStore[TX], Ledger[TX], *testclock.Clock) {
 		t.Helper()
 		clock := testclock.New(testclock.Epoch0)
-		ts, ledger := newStore(t, clock.Now)
-		fts := fault.WrapTx(ts)
-		g, err := key.NewTx[TX](fts, &key.Config{Lease: testLease, Retention: testRetention, Heartbeat: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return txBundle{ts: fts, raw: ts, ledger: ledger, clock: clock, guard: g}
-	}
-	charges := func(t *testing.T, b txBundle, id string) int {
-		t.Helper()
-		n, err := b.ledger.Charges(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	charge := func(b txBundle, id, resp string) func(context.Context, TX) ([]byte, error) {
-		return func(ctx context.Context, tx TX) ([]byte, error) {
-			if err := b.ledger.Charge(ctx, tx, id); err != nil {
-				return nil, err
-			}
-			return []byte(resp), nil
-		}
+		s, ledger := OpenAs[store.TxStore[TX]](t, open, clock.Now)
+		return s, ledger, clock
 	}
 
-	t.Run("EffectAndRecordCommitTogether", func(t *testing.T) {
+	t.Run("CompleteTxCommitsWithTheTransaction", func(t *testing.T) {
 		t.Parallel()
-		b := setupTx(t)
-		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
-		res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "again"))
-		mustOutcome(t, res, err, key.Replayed, nil)
-		if string(res.Response) != "paid" || charges(t, b, "order-1") != 1 {
-			t.Fatalf("response %q, charges %d", res.Response, charges(t, b, "order-1"))
+		s, ledger, _ := setup(t)
+		p := store.ClaimParams{Key: "k", Fingerprint: []byte("fp"), Owner: "a", Lease: testLease, Retention: testRetention}
+		if r, err := s.Claim(ctx, p); err != nil || !r.Claimed {
+			t.Fatal(r, err)
 		}
-	})
-
-	t.Run("ConcurrentDuplicatesChargeOnce", func(t *testing.T) {
-		t.Parallel()
-		b := setupTx(t)
-		const n = 64
-		var (
-			wg       sync.WaitGroup
-			start    = make(chan struct{})
-			mu       sync.Mutex
-			outcomes = map[key.Outcome]int{}
-		)
-		for range n {
-			wg.Go(func() {
-				<-start
-				res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-				if err != nil && !errors.Is(err, key.ErrInFlight) {
-					t.Errorf("outcome %v: %v", res.Outcome, err)
-				}
-				mu.Lock()
-				outcomes[res.Outcome]++
-				mu.Unlock()
-			})
-		}
-		close(start)
-		wg.Wait()
-		if outcomes[key.Executed] != 1 || outcomes[key.Executed]+outcomes[key.Replayed]+outcomes[key.InFlight] != n {
-			t.Fatalf("outcomes %v", outcomes)
-		}
-		if got := charges(t, b, "order-1"); got != 1 {
-			t.Fatalf("charges %d, want 1", got)
-		}
-	})
-
-	t.Run("FailureRollsBackAndReleases", func(t *testing.T) {
-		t.Parallel()
-		b := setupTx(t)
+		done := store.CompleteParams{Fence: store.Fence{Key: "k", Epoch: 1, Owner: "a"}, Response: []byte("paid"), Retention: testRetention}
 		declined := errors.New("card declined")
-		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), func(ctx context.Context, tx TX) ([]byte, error) {
-			if err := b.ledger.Charge(ctx, tx, "order-1"); err != nil {
-				return nil, err
+		err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			if err := ledger.Charge(ctx, tx, "order-1"); err != nil {
+				return err
 			}
-			return nil, declined
+			if err := s.CompleteTx(ctx, tx, done); err != nil {
+				return err
+			}
+			return declined
 		})
-		mustOutcome(t, res, err, key.Executed, declined)
-		if charges(t, b, "order-1") != 0 {
-			t.Fatal("failed operation's write committed")
+		if !errors.Is(err, declined) {
+			t.Fatalf("InTx = %v, want fn's error", err)
 		}
-		res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
-		if res.Epoch != 2 || charges(t, b, "order-1") != 1 {
-			t.Fatalf("retry: epoch %d charges %d", res.Epoch, charges(t, b, "order-1"))
+		rec, err := s.Get(ctx, "k")
+		if err != nil || rec.State != store.StateProcessing || charges(t, ledger, "order-1") != 0 {
+			t.Fatalf("after rollback: record %+v (%v), charges %d; want still processing, no charge", rec, err, charges(t, ledger, "order-1"))
+		}
+		err = s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			if err := ledger.Charge(ctx, tx, "order-1"); err != nil {
+				return err
+			}
+			return s.CompleteTx(ctx, tx, done)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err = s.Get(ctx, "k")
+		if err != nil || rec.State != store.StateDone || string(rec.Response) != "paid" || charges(t, ledger, "order-1") != 1 {
+			t.Fatalf("after commit: record %+v (%v), charges %d; want done with one charge", rec, err, charges(t, ledger, "order-1"))
 		}
 	})
 
 	t.Run("StaleOwnerWritesRollBack", func(t *testing.T) {
 		t.Parallel()
-		b := setupTx(t)
+		s, ledger, clock := setup(t)
 		p := store.ClaimParams{Key: "k", Fingerprint: []byte("fp"), Owner: "a", Lease: testLease, Retention: testRetention}
-		if r, err := b.ts.Claim(ctx, p); err != nil || !r.Claimed {
+		if r, err := s.Claim(ctx, p); err != nil || !r.Claimed {
 			t.Fatal(r, err)
 		}
-		b.clock.Advance(testLease + time.Second)
+		clock.Advance(testLease + time.Second)
 		p.Owner = "b"
-		if r, err := b.ts.Claim(ctx, p); err != nil || !r.Claimed || r.Record.Epoch != 2 {
+		if r, err := s.Claim(ctx, p); err != nil || !r.Claimed || r.Record.Epoch != 2 {
 			t.Fatal(r, err)
 		}
 		for _, f := range []store.Fence{{Key: "k", Epoch: 1, Owner: "a"}, {Key: "k", Epoch: 2, Owner: "b"}} {
-			err := b.ts.InTx(ctx, func(ctx context.Context, tx TX) error {
-				if err := b.ledger.Charge(ctx, tx, "order-1"); err != nil {
+			err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
+				if err := ledger.Charge(ctx, tx, "order-1"); err != nil {
 					return err
 				}
-				return b.ts.CompleteTx(ctx, tx, store.CompleteParams{Fence: f, Response: []byte(f.Owner), Retention: testRetention})
+				return s.CompleteTx(ctx, tx, store.CompleteParams{Fence: f, Response: []byte(f.Owner), Retention: testRetention})
 			})
 			if f.Owner == "a" && !errors.Is(err, store.ErrFenced) {
 				t.Fatalf("stale owner's transaction: %v", err)
@@ -145,81 +88,9 @@ func ExerciseTx[TX any](t *testing.T, newStore NewTxStore[TX]) {
 				t.Fatalf("holder's transaction: %v", err)
 			}
 		}
-		rec, err := b.ts.Get(ctx, "k")
-		if err != nil || rec.State != store.StateDone || string(rec.Response) != "b" || charges(t, b, "order-1") != 1 {
-			t.Fatalf("record %+v (%v), charges %d", rec, err, charges(t, b, "order-1"))
-		}
-	})
-
-	t.Run("LeaseLostBeforeCommitRollsBack", func(t *testing.T) {
-		t.Parallel()
-		b := setupTx(t)
-		r := req("alice", "charge", "k1", "100")
-		// The owner stalls past its lease after its claim; another process
-		// takes the key over before the owner's transaction begins. (On
-		// SQLite the open transaction holds the write lock, so this is the
-		// only window in which a takeover can land.)
-		var takeover store.ClaimResult
-		var takeoverErr error
-		b.ts.SetPlan(func(op fault.Op) fault.Mode {
-			if op == fault.InTx {
-				b.clock.Advance(testLease)
-				takeover, takeoverErr = b.raw.Claim(ctx, store.ClaimParams{Key: r.Scope.StoreKey(),
-					Fingerprint: r.Fingerprint, Owner: "second", Lease: testLease, Retention: testRetention})
-			}
-			return fault.Pass
-		})
-		res, err := b.guard.DoTx(ctx, r, charge(b, "order-1", "first"))
-		mustOutcome(t, res, err, key.Executed, key.ErrFenced)
-		if takeoverErr != nil || !takeover.Claimed || takeover.Record.Epoch != 2 {
-			t.Fatalf("takeover: %+v %v", takeover, takeoverErr)
-		}
-		if charges(t, b, "order-1") != 0 {
-			t.Fatalf("charges %d; the fenced write must roll back", charges(t, b, "order-1"))
-		}
-	})
-
-	t.Run("CommitAnswerLostResolvedByReading", func(t *testing.T) {
-		t.Parallel()
-		b := setupTx(t)
-		b.ts.SetPlan(fault.Once(fault.After, fault.InTx))
-		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
-		if string(res.Response) != "paid" {
-			t.Fatalf("response %q", res.Response)
-		}
-		res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "again"))
-		mustOutcome(t, res, err, key.Replayed, nil)
-		if charges(t, b, "order-1") != 1 {
-			t.Fatalf("charges %d", charges(t, b, "order-1"))
-		}
-	})
-
-	t.Run("CompleteFailsNothingCommits", func(t *testing.T) {
-		t.Parallel()
-		b := setupTx(t)
-		b.ts.SetPlan(fault.Once(fault.Before, fault.CompleteTx))
-		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, key.ErrUnavailable)
-		if charges(t, b, "order-1") != 0 {
-			t.Fatal("write committed without its record")
-		}
-		// Nothing committed, so the claim was released: the retry runs now.
-		res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
-		if charges(t, b, "order-1") != 1 {
-			t.Fatalf("charges %d", charges(t, b, "order-1"))
-		}
-	})
-
-	t.Run("StoreDownRunsNothing", func(t *testing.T) {
-		t.Parallel()
-		b := setupTx(t)
-		b.ts.SetPlan(fault.Always(fault.Before, fault.Claim, fault.Get))
-		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Unavailable, key.ErrUnavailable)
-		if b.ts.Calls(fault.InTx) != 0 || charges(t, b, "order-1") != 0 {
-			t.Fatal("operation ran without a claim")
+		rec, err := s.Get(ctx, "k")
+		if err != nil || rec.State != store.StateDone || string(rec.Response) != "b" || charges(t, ledger, "order-1") != 1 {
+			t.Fatalf("record %+v (%v), charges %d", rec, err, charges(t, ledger, "order-1"))
 		}
 	})
 }

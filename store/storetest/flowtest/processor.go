@@ -1,4 +1,4 @@
-package storetest
+package flowtest
 
 import (
 	"context"
@@ -18,9 +18,10 @@ import (
 	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/storetest"
 )
 
-// FlowSource is the CloudEvents source of the events ExerciseInboxFlow sends.
+// FlowSource is the CloudEvents source of the events the processor flows send.
 const FlowSource = "https://shop.example/orders"
 
 // FlowEvent returns an order event of the flow suite: subject obj, sequence
@@ -40,7 +41,7 @@ func FlowEvent(obj string, seq int64, exec, data string) event.Event {
 // across attempts, not rolled back); data "fixed-later" is invalid until
 // fixed is set.
 type flowApply[TX any] struct {
-	ledger Ledger[TX]
+	ledger storetest.Ledger[TX]
 	mu     sync.Mutex
 	calls  map[string]int
 	fixed  atomic.Bool
@@ -73,11 +74,10 @@ func (a *flowApply[TX]) apply(ctx context.Context, tx TX, ev event.Event) error 
 	return nil
 }
 
-// ExerciseInboxFlow runs the processing half of the inbox conformance suite
-// through package inbox on the store: duplicates, snapshot and delta order,
-// dead letters and requeue, retries, halts, compensation, executions.
-func ExerciseInboxFlow[TX any](t *testing.T, newStore NewInboxStore[TX]) {
-	t.Helper()
+// exerciseProcessor checks inbox.Processor on the store: duplicates,
+// snapshot and delta order, dead letters and requeue, retries, halts,
+// compensation, executions.
+func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 	ctx := context.Background()
 	type env struct {
 		s     store.InboxStore[TX]
@@ -87,7 +87,7 @@ func ExerciseInboxFlow[TX any](t *testing.T, newStore NewInboxStore[TX]) {
 	}
 	setup := func(t *testing.T, mode order.Mode, tweak func(*inbox.Config)) env {
 		t.Helper()
-		s, ledger := newStore(t)
+		s, ledger := storetest.OpenAs[store.InboxStore[TX]](t, open, nil)
 		clock := testclock.New(testclock.Epoch0)
 		a := &flowApply[TX]{ledger: ledger, calls: map[string]int{}}
 		cfg := &inbox.Config{Mode: mode, Now: clock.Now, Backoff: time.Millisecond, GapDeadline: time.Minute,
@@ -131,26 +131,19 @@ func ExerciseInboxFlow[TX any](t *testing.T, newStore NewInboxStore[TX]) {
 			e := setup(t, mode, nil)
 			const n = 16
 			var (
-				wg       sync.WaitGroup
-				start    = make(chan struct{})
 				mu       sync.Mutex
 				outcomes = map[inbox.Outcome]int{}
 			)
-			for range n {
-				wg.Go(func() {
-					<-start
-					res, err := e.p.Process(ctx, FlowEvent("o-1", 1, "", `{"paid":10}`))
-					mu.Lock()
-					defer mu.Unlock()
-					if err != nil {
-						t.Errorf("mode %v: %v", mode, err)
-						return
-					}
-					outcomes[res.Outcome]++
-				})
-			}
-			close(start)
-			wg.Wait()
+			storetest.Concurrently(n, func(int) {
+				res, err := e.p.Process(ctx, FlowEvent("o-1", 1, "", `{"paid":10}`))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("mode %v: %v", mode, err)
+					return
+				}
+				outcomes[res.Outcome]++
+			})
 			if outcomes[inbox.Processed] != 1 || outcomes[inbox.Duplicate] != n-1 || rows(t, e, "o-1", 1) != 1 {
 				t.Fatalf("mode %v: outcomes %v, ledger rows %d; want 1 processed, %d duplicates, 1 row", mode, outcomes, rows(t, e, "o-1", 1), n-1)
 			}
@@ -379,4 +372,14 @@ func ExerciseInboxFlow[TX any](t *testing.T, newStore NewInboxStore[TX]) {
 			t.Fatal("want 1 applied by both runs, 2 and 3 by run-2 only")
 		}
 	})
+}
+
+// charges counts the ledger's committed rows for id.
+func charges[TX any](t *testing.T, l storetest.Ledger[TX], id string) int {
+	t.Helper()
+	n, err := l.Charges(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -1,11 +1,9 @@
-package storetest
+package flowtest
 
 import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,12 +11,16 @@ import (
 	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/key"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/storetest"
 )
 
 const (
 	testLease     = 10 * time.Second
 	testRetention = time.Hour
 )
+
+// newStoreFunc opens a store for one test on the clock now.
+type newStoreFunc func(t *testing.T, now func() time.Time) store.Store
 
 // bundle is what each subtest works with.
 type bundle struct {
@@ -31,7 +33,7 @@ type bundle struct {
 	other *key.Guard
 }
 
-func setup(t *testing.T, newStore NewStore) bundle {
+func setup(t *testing.T, newStore newStoreFunc) bundle {
 	t.Helper()
 	clock := testclock.New(testclock.Epoch0)
 	s := newStore(t, clock.Now)
@@ -79,13 +81,15 @@ func mustOutcome(t *testing.T, res key.Result, err error, want key.Outcome, want
 	}
 }
 
-// Exercise runs the conformance suite against stores made by newStore: the
-// guard's promises (through key.Guard, as users call it), the store's
-// fencing rules (called directly), faults, and a rapid state-machine check
-// against the memory model.
-func Exercise(t *testing.T, newStore NewStore) {
-	t.Helper()
+// exerciseGuard checks key.Guard's promises on the store (as users call
+// it), and that a failing store never lets an operation run twice.
+func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 	ctx := context.Background()
+	newStore := func(t *testing.T, now func() time.Time) store.Store {
+		t.Helper()
+		s, _ := storetest.OpenAs[store.Store](t, open, now)
+		return s
+	}
 
 	t.Run("ConcurrentDuplicatesExecuteOnce", func(t *testing.T) {
 		t.Parallel()
@@ -93,20 +97,16 @@ func Exercise(t *testing.T, newStore NewStore) {
 		const n = 64
 		var (
 			c       counter
-			start   = make(chan struct{})
-			wg      sync.WaitGroup
+			guards  = make([]*key.Guard, n)
 			results = make([]key.Result, n)
 			errs    = make([]error, n)
 		)
-		for i := range n {
-			g := newGuard(t, b.store) // one process each: the store decides
-			wg.Go(func() {
-				<-start
-				results[i], errs[i] = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
-			})
+		for i := range guards {
+			guards[i] = newGuard(t, b.store) // one process each: the store decides
 		}
-		close(start)
-		wg.Wait()
+		storetest.Concurrently(n, func(i int) {
+			results[i], errs[i] = guards[i].Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
+		})
 		executed := 0
 		for i, res := range results {
 			switch res.Outcome {
@@ -277,130 +277,6 @@ func Exercise(t *testing.T, newStore NewStore) {
 		}
 	})
 
-	t.Run("StoreFencesEveryHolderWrite", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, newStore)
-		k := "fence-key"
-		p := store.ClaimParams{Key: k, Fingerprint: []byte("fp"), Owner: "owner-a", Lease: testLease, Retention: testRetention}
-		a, err := b.store.Claim(ctx, p)
-		if err != nil || !a.Claimed || a.Record.Epoch != 1 {
-			t.Fatalf("claim a: %+v %v", a, err)
-		}
-		if !a.Now.Equal(testclock.Epoch0) || !a.Record.LeaseUntil.Equal(testclock.Epoch0.Add(testLease)) || !a.Record.ExpiresAt.Equal(testclock.Epoch0.Add(testRetention)) {
-			t.Fatalf("claim a times: now %v lease %v expires %v", a.Now, a.Record.LeaseUntil, a.Record.ExpiresAt)
-		}
-		// Before the lease ends nobody else gets the key.
-		b.clock.Advance(testLease - time.Millisecond)
-		p.Owner = "owner-b"
-		if r, err := b.store.Claim(ctx, p); err != nil || r.Claimed || r.Record.Owner != "owner-a" {
-			t.Fatalf("claim b inside lease: %+v %v", r, err)
-		}
-		b.clock.Advance(time.Millisecond)
-		bb, err := b.store.Claim(ctx, p)
-		if err != nil || !bb.Claimed || bb.Record.Epoch != 2 || bb.Record.Owner != "owner-b" {
-			t.Fatalf("takeover: %+v %v", bb, err)
-		}
-		stale := store.Fence{Key: k, Epoch: 1, Owner: "owner-a"}
-		// Same epoch, other owner: also fenced.
-		forged := store.Fence{Key: k, Epoch: 2, Owner: "owner-a"}
-		for _, f := range []store.Fence{stale, forged} {
-			if err := b.store.Complete(ctx, store.CompleteParams{Fence: f, Response: []byte("stale"), Retention: testRetention}); !errors.Is(err, store.ErrFenced) {
-				t.Fatalf("stale complete %+v: %v", f, err)
-			}
-			if err := b.store.Release(ctx, f); !errors.Is(err, store.ErrFenced) {
-				t.Fatalf("stale release: %v", err)
-			}
-			if _, err := b.store.Extend(ctx, f, testLease); !errors.Is(err, store.ErrFenced) {
-				t.Fatalf("stale extend: %v", err)
-			}
-			if err := b.store.MarkUnknown(ctx, f); !errors.Is(err, store.ErrFenced) {
-				t.Fatalf("stale mark unknown: %v", err)
-			}
-		}
-		rec, err := b.store.Get(ctx, k)
-		if err != nil || rec.State != store.StateProcessing || rec.Epoch != 2 || rec.Owner != "owner-b" || rec.Unknown {
-			t.Fatalf("stale writes changed the record: %+v %v", rec, err)
-		}
-		// The holder's writes go through.
-		cur := store.Fence{Key: k, Epoch: 2, Owner: "owner-b"}
-		until, err := b.store.Extend(ctx, cur, 2*testLease)
-		if err != nil || !until.Equal(b.clock.Now().Add(2*testLease)) {
-			t.Fatalf("extend: %v %v", until, err)
-		}
-		if err := b.store.Complete(ctx, store.CompleteParams{Fence: cur, Response: []byte("ok"), Retention: testRetention}); err != nil {
-			t.Fatal(err)
-		}
-		// Completed: the holder itself is fenced from further writes.
-		if err := b.store.Release(ctx, cur); !errors.Is(err, store.ErrFenced) {
-			t.Fatalf("release after complete: %v", err)
-		}
-		rec, err = b.store.Get(ctx, k)
-		if err != nil || rec.State != store.StateDone || string(rec.Response) != "ok" || !rec.LeaseUntil.IsZero() ||
-			!rec.ExpiresAt.Equal(b.clock.Now().Add(testRetention)) {
-			t.Fatalf("done record: %+v %v", rec, err)
-		}
-		if err := b.store.Complete(ctx, store.CompleteParams{Fence: store.Fence{Key: "absent", Epoch: 1, Owner: "x"}}); !errors.Is(err, store.ErrFenced) {
-			t.Fatalf("complete of absent key: %v", err)
-		}
-	})
-
-	t.Run("EpochFencesEvenWithRepeatedOwner", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, newStore)
-		// The guard never repeats an owner token, but the epoch alone must
-		// still fence: a caller with its own tokens relies on it.
-		p := store.ClaimParams{Key: "k", Fingerprint: []byte("fp"), Owner: "same", Lease: testLease, Retention: testRetention}
-		if r, err := b.store.Claim(ctx, p); err != nil || !r.Claimed {
-			t.Fatal(r, err)
-		}
-		if err := b.store.Release(ctx, store.Fence{Key: "k", Epoch: 1, Owner: "same"}); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := b.store.Claim(ctx, p); err != nil || !r.Claimed || r.Record.Epoch != 2 {
-			t.Fatal(r, err)
-		}
-		old := store.Fence{Key: "k", Epoch: 1, Owner: "same"}
-		if err := b.store.Complete(ctx, store.CompleteParams{Fence: old, Response: []byte("old"), Retention: testRetention}); !errors.Is(err, store.ErrFenced) {
-			t.Fatalf("complete with the old epoch: %v", err)
-		}
-		if err := b.store.MarkUnknown(ctx, old); !errors.Is(err, store.ErrFenced) {
-			t.Fatalf("mark unknown with the old epoch: %v", err)
-		}
-		rec, err := b.store.Get(ctx, "k")
-		if err != nil || rec.State != store.StateProcessing || rec.Epoch != 2 || rec.Unknown {
-			t.Fatalf("old epoch changed the record: %+v %v", rec, err)
-		}
-	})
-
-	t.Run("ExtendKeepsLeaseAndRecord", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, newStore)
-		p := store.ClaimParams{Key: "ext", Fingerprint: []byte("fp"), Owner: "a", Lease: testLease, Retention: 2 * testLease}
-		a, err := b.store.Claim(ctx, p)
-		if err != nil || !a.Claimed {
-			t.Fatal(a, err)
-		}
-		f := store.Fence{Key: "ext", Epoch: 1, Owner: "a"}
-		b.clock.Advance(testLease - time.Second)
-		// Extended beyond the record's expiry: the expiry follows the lease.
-		until, err := b.store.Extend(ctx, f, 5*testLease)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.clock.Advance(3 * testLease)
-		p.Owner = "b"
-		if r, err := b.store.Claim(ctx, p); err != nil || r.Claimed {
-			t.Fatalf("claim during extended lease: %+v %v", r, err)
-		}
-		rec, err := b.store.Get(ctx, "ext")
-		if err != nil || !rec.LeaseUntil.Equal(until) || rec.ExpiresAt.Before(until) {
-			t.Fatalf("extended record: %+v %v", rec, err)
-		}
-		if n, err := b.store.Sweep(ctx, 100); err != nil || n != 0 {
-			t.Fatalf("sweep took a live lease: %d %v", n, err)
-		}
-	})
-
 	t.Run("UnknownOutcomeKeepsClaimUntilLeaseEnds", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, newStore)
@@ -446,70 +322,6 @@ func Exercise(t *testing.T, newStore NewStore) {
 		mustOutcome(t, res, err, key.Executed, nil)
 		if c.n.Load() != 2 {
 			t.Fatalf("runs %d", c.n.Load())
-		}
-	})
-
-	t.Run("SweepDeletesOnlyExpired", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, newStore)
-		claim := func(k string, lease, retention time.Duration) store.Fence {
-			t.Helper()
-			r, err := b.store.Claim(ctx, store.ClaimParams{Key: k, Fingerprint: []byte("fp"), Owner: "o-" + k, Lease: lease, Retention: retention})
-			if err != nil || !r.Claimed {
-				t.Fatalf("claim %s: %+v %v", k, r, err)
-			}
-			return store.Fence{Key: k, Epoch: r.Record.Epoch, Owner: "o-" + k}
-		}
-		for i := range 5 { // done, will expire
-			f := claim(fmt.Sprintf("old-%d", i), time.Second, time.Minute)
-			if err := b.store.Complete(ctx, store.CompleteParams{Fence: f, Response: []byte("r"), Retention: time.Minute}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		claim("abandoned", time.Second, time.Minute) // its lease ends long before its expiry
-		released := claim("released", time.Second, time.Minute)
-		if err := b.store.Release(ctx, released); err != nil {
-			t.Fatal(err)
-		}
-		keep := claim("young", time.Second, 3*time.Hour)
-		if err := b.store.Complete(ctx, store.CompleteParams{Fence: keep, Response: []byte("r"), Retention: 3 * time.Hour}); err != nil {
-			t.Fatal(err)
-		}
-		b.clock.Advance(2 * time.Minute)
-		live := claim("live", time.Hour, time.Hour)
-		total := 0
-		for {
-			n, err := b.store.Sweep(ctx, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n > 2 {
-				t.Fatalf("sweep deleted %d, over its limit 2", n)
-			}
-			if n == 0 {
-				break
-			}
-			total += n
-		}
-		want := 7
-		if b.store.Capabilities().SelfExpiring {
-			want = 0 // the store deleted them by itself
-		}
-		if total != want {
-			t.Fatalf("swept %d, want %d", total, want)
-		}
-		for _, k := range []string{"old-0", "abandoned", "released"} {
-			if _, err := b.store.Get(ctx, k); !errors.Is(err, store.ErrNotFound) {
-				t.Fatalf("expired %s still visible: %v", k, err)
-			}
-		}
-		for _, k := range []string{"young", "live"} {
-			if _, err := b.store.Get(ctx, k); err != nil {
-				t.Fatalf("sweep took %s: %v", k, err)
-			}
-		}
-		if err := b.store.Complete(ctx, store.CompleteParams{Fence: live, Response: []byte("ok"), Retention: time.Hour}); err != nil {
-			t.Fatalf("live claim broken by sweep: %v", err)
 		}
 	})
 
@@ -568,9 +380,4 @@ func Exercise(t *testing.T, newStore NewStore) {
 	})
 
 	exerciseFaults(t, newStore)
-
-	t.Run("StateMachineMatchesModel", func(t *testing.T) {
-		t.Parallel()
-		checkModel(t, newStore)
-	})
 }

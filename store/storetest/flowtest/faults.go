@@ -1,4 +1,4 @@
-package storetest
+package flowtest
 
 import (
 	"context"
@@ -13,12 +13,25 @@ import (
 // exerciseFaults checks that a failing store never lets an operation run
 // without a confirmed claim, and that a write whose answer was lost is
 // resolved by reading, never by running again.
-func exerciseFaults(t *testing.T, newStore NewStore) {
+func exerciseFaults(t *testing.T, newStore newStoreFunc) {
 	ctx := context.Background()
 	setupFault := func(t *testing.T) (*fault.Store, *key.Guard, *testclock.Clock) {
 		b := setup(t, newStore)
 		fs := fault.Wrap(b.store)
 		return fs, newGuard(t, fs), b.clock
+	}
+	// executeThenReplay sends one request twice through a guard on a store
+	// that fails as plan says: the first must execute and the second replay.
+	executeThenReplay := func(t *testing.T, plan fault.Plan) (fs *fault.Store, replay key.Result, runs int32) {
+		t.Helper()
+		fs, g, _ := setupFault(t)
+		fs.SetPlan(plan)
+		var c counter
+		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
+		mustOutcome(t, res, err, key.Executed, nil)
+		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("again"))
+		mustOutcome(t, res, err, key.Replayed, nil)
+		return fs, res, c.n.Load()
 	}
 
 	t.Run("StoreDownFailsClosed", func(t *testing.T) {
@@ -44,15 +57,9 @@ func exerciseFaults(t *testing.T, newStore NewStore) {
 
 	t.Run("ClaimCommittedAnswerLost", func(t *testing.T) {
 		t.Parallel()
-		fs, g, _ := setupFault(t)
-		fs.SetPlan(fault.Once(fault.After, fault.Claim))
-		var c counter
-		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
-		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("again"))
-		mustOutcome(t, res, err, key.Replayed, nil)
-		if c.n.Load() != 1 || fs.Calls(fault.Get) == 0 {
-			t.Fatalf("runs %d, reads %d", c.n.Load(), fs.Calls(fault.Get))
+		fs, _, runs := executeThenReplay(t, fault.Once(fault.After, fault.Claim))
+		if runs != 1 || fs.Calls(fault.Get) == 0 {
+			t.Fatalf("runs %d, reads %d", runs, fs.Calls(fault.Get))
 		}
 	})
 
@@ -85,29 +92,17 @@ func exerciseFaults(t *testing.T, newStore NewStore) {
 
 	t.Run("CompleteCommittedAnswerLost", func(t *testing.T) {
 		t.Parallel()
-		fs, g, _ := setupFault(t)
-		fs.SetPlan(fault.Once(fault.After, fault.Complete))
-		var c counter
-		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
-		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("again"))
-		mustOutcome(t, res, err, key.Replayed, nil)
-		if string(res.Response) != "paid" || c.n.Load() != 1 || fs.Calls(fault.Complete) != 1 {
-			t.Fatalf("response %q runs %d completes %d", res.Response, c.n.Load(), fs.Calls(fault.Complete))
+		fs, res, runs := executeThenReplay(t, fault.Once(fault.After, fault.Complete))
+		if string(res.Response) != "paid" || runs != 1 || fs.Calls(fault.Complete) != 1 {
+			t.Fatalf("response %q runs %d completes %d", res.Response, runs, fs.Calls(fault.Complete))
 		}
 	})
 
 	t.Run("CompleteLostBeforeStoreIsRetriedOnce", func(t *testing.T) {
 		t.Parallel()
-		fs, g, _ := setupFault(t)
-		fs.SetPlan(fault.Once(fault.Before, fault.Complete))
-		var c counter
-		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
-		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("again"))
-		mustOutcome(t, res, err, key.Replayed, nil)
-		if c.n.Load() != 1 || fs.Calls(fault.Complete) != 2 {
-			t.Fatalf("runs %d completes %d", c.n.Load(), fs.Calls(fault.Complete))
+		fs, _, runs := executeThenReplay(t, fault.Once(fault.Before, fault.Complete))
+		if runs != 1 || fs.Calls(fault.Complete) != 2 {
+			t.Fatalf("runs %d completes %d", runs, fs.Calls(fault.Complete))
 		}
 	})
 

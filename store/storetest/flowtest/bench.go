@@ -1,4 +1,4 @@
-package storetest
+package flowtest
 
 import (
 	"context"
@@ -9,10 +9,9 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// NewBenchStore returns an empty, isolated store on the store's own clock.
-type NewBenchStore func(b *testing.B) store.Store
-
-// Bench runs the engine's benchmarks on a store, the same on every store:
+// Bench runs the engine's benchmarks (key.Guard) on the stores newStore
+// returns, each empty, isolated and on its own clock, the same on every
+// store:
 //   - NewKey: a key seen for the first time (claim, run, complete);
 //   - Replay: a completed key asked again (one claim that reads the record);
 //   - Conflict: a completed key asked with other content.
@@ -21,7 +20,7 @@ type NewBenchStore func(b *testing.B) store.Store
 // doing the same work with the driver alone (insert-if-absent plus update;
 // a point read), so that the engine's cost is reported as a ratio measured
 // in the same run.
-func Bench(b *testing.B, newStore NewBenchStore) {
+func Bench(b *testing.B, newStore func(b *testing.B) store.Store) {
 	ctx := context.Background()
 	response := []byte(`{"id":"ch_1","amount":100,"status":"succeeded"}`)
 	op := func(context.Context) ([]byte, error) { return response, nil }
