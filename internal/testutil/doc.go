@@ -6,6 +6,7 @@
 //   - testclock: the settable clock that stores, guards and relays read.
 //   - testdb: a database of the test's own on the real servers (a
 //     PostgreSQL schema, a Redis key prefix).
+//   - migratetest: a SQL store's migrations taken down and up again.
 //   - fault: a store whose calls fail before or after they reach it.
 //   - procstat: a process's resident memory, for the backlog and hostile
 //     measurements.

@@ -3,7 +3,6 @@ package pgstore_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"slices"
 	"strconv"
@@ -13,10 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 
-	"github.com/idemhq/idem/internal/migrate"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 )
@@ -849,70 +845,5 @@ func TestSweepInboxSkipsLockedRows(t *testing.T) {
 	}
 	if st := inboxStatus(t, b.pool, k); st != 2 {
 		t.Fatalf("status %d, want dead", st)
-	}
-}
-
-// Migration 002 goes down and up again (003, which comes after it, goes
-// down first and up after it); New refuses the schema while it is down.
-func TestMigrateInboxDownAndUp(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := migratedPool(t)
-	all := append([]string{"idem_dead_letters", "idem_gaps", "idem_inbox", "idem_keys"}, outboxTables...)
-	all = append(all, "idem_parked", "idem_streams")
-	if got := tables(t, pool); !slices.Equal(got, all) {
-		t.Fatalf("tables after Migrate: %v, want %v", got, all)
-	}
-
-	db := stdlib.OpenDBFromPool(pool)
-	defer func() { _ = db.Close() }()
-	down(t, db, 3)
-	down(t, db, 2)
-	if got := tables(t, pool); !slices.Equal(got, []string{"idem_keys"}) {
-		t.Fatalf("tables after migrating 003 and 002 down: %v", got)
-	}
-	if _, err := pgstore.New(pool, nil); !errors.Is(err, pgstore.ErrNotMigrated) {
-		t.Fatalf("New without 002: %v, want ErrNotMigrated", err)
-	}
-	res, err := pgstore.Migrate(ctx, pool)
-	if err != nil || len(res) != 2 || res[0].Version != 2 || res[1].Version != 3 {
-		t.Fatalf("Migrate again: %+v, %v; want 002 and 003 applied", res, err)
-	}
-	if got := tables(t, pool); !slices.Equal(got, all) {
-		t.Fatalf("tables after migrating up again: %v", got)
-	}
-	s := newStore(t, pool, nil)
-	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		_, _, err := s.RecordEventTx(ctx, tx, evKey, start)
-		return err
-	})
-}
-
-// tables lists the tables in the pool's schema, but for the migrator's.
-func tables(t *testing.T, pool *pgxpool.Pool) []string {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename <> $1 ORDER BY 1`, migrate.TableName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return names
-}
-
-// down migrates the newest migration, which must be version, down with
-// goose, as `goose down` would; the store itself never migrates down.
-func down(t *testing.T, db *sql.DB, version int64) {
-	t.Helper()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, pgstore.Migrations(),
-		goose.WithDisableGlobalRegistry(true), goose.WithTableName(migrate.TableName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.Down(context.Background())
-	if err != nil || r.Source.Version != version {
-		t.Fatalf("down: %+v, %v; want version %d down", r, err, version)
 	}
 }

@@ -16,14 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 )
-
-// outboxTables are the tables of migration 003, in name order.
-var outboxTables = []string{"idem_outbox", "idem_outbox_streams", "idem_outbox_targets"}
 
 // intent returns a pending intent to target, due at start.
 func intent(target, stream string) store.Intent {
@@ -671,39 +667,6 @@ func closed(t *testing.T, wake <-chan struct{}) {
 		case <-deadline:
 			t.Fatal("the wakeup channel was not closed")
 		}
-	}
-}
-
-// Migration 003 goes down and up again; New refuses the schema while it is
-// down.
-func TestMigrateOutboxDownAndUp(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := migratedPool(t)
-	db := stdlib.OpenDBFromPool(pool)
-	defer func() { _ = db.Close() }()
-	down(t, db, 3)
-	for _, name := range tables(t, pool) {
-		if strings.HasPrefix(name, "idem_outbox") {
-			t.Fatalf("table %s left after migrating 003 down", name)
-		}
-	}
-	if _, err := pgstore.New(pool, nil); !errors.Is(err, pgstore.ErrNotMigrated) {
-		t.Fatalf("New without 003: %v, want ErrNotMigrated", err)
-	}
-	res, err := pgstore.Migrate(ctx, pool)
-	if err != nil || len(res) != 1 || res[0].Version != 3 {
-		t.Fatalf("Migrate again: %+v, %v; want 003 applied", res, err)
-	}
-	got := tables(t, pool)
-	for _, name := range outboxTables {
-		if !slices.Contains(got, name) {
-			t.Fatalf("tables after migrating up again: %v, want %s", got, name)
-		}
-	}
-	s := newStore(t, pool, nil)
-	if _, seq := enqueue(t, s, intent("pay", "o")); seq != 1 {
-		t.Fatalf("sequence %d", seq)
 	}
 }
 

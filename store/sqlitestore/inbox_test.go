@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pressly/goose/v3"
-
-	"github.com/idemhq/idem/internal/migrate"
 	"github.com/idemhq/idem/store"
 )
 
@@ -616,72 +613,6 @@ func TestInboxPlans(t *testing.T) {
 			t.Errorf("%s: plan lacks %q or sorts:\n%s", c.name, c.want, plan)
 		}
 	}
-}
-
-// TestInboxMigration checks migration 002 down (with 003 above it) and up
-// again, and that New refuses a file at version 1.
-func TestInboxMigration(t *testing.T) {
-	t.Parallel()
-	db, _ := openMigrated(t, nil)
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, migrationsFS(),
-		goose.WithDisableGlobalRegistry(true), goose.WithTableName(migrate.TableName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inboxTables := []string{"idem_inbox", "idem_streams", "idem_parked", "idem_gaps", "idem_dead_letters"}
-	tables := func() map[string]bool {
-		rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table'`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		m := map[string]bool{}
-		for rows.Next() {
-			var name string
-			if err := rows.Scan(&name); err != nil {
-				t.Fatal(err)
-			}
-			m[name] = true
-		}
-		return m
-	}
-	if v, err := p.GetDBVersion(ctx); err != nil || v != 3 {
-		t.Fatalf("version after Migrate = %d, %v; want 3", v, err)
-	}
-	if _, err := p.DownTo(ctx, 1); err != nil {
-		t.Fatalf("DownTo(1): %v", err)
-	}
-	got := tables()
-	for _, name := range inboxTables {
-		if got[name] {
-			t.Fatalf("table %s left after Down", name)
-		}
-	}
-	if !got["idem_keys"] {
-		t.Fatal("Down of 002 dropped idem_keys")
-	}
-	if _, err := New(db, nil); err == nil || !strings.Contains(err.Error(), "Migrate") {
-		t.Fatalf("New at version 1 = %v, want a refusal telling to run Migrate", err)
-	}
-	res, err := Migrate(ctx, db)
-	if err != nil || len(res) != 2 || res[0].Version != 2 || res[1].Version != 3 {
-		t.Fatalf("Migrate from version 1 = %+v, %v; want 2 and 3 applied", res, err)
-	}
-	got = tables()
-	for _, name := range inboxTables {
-		if !got[name] {
-			t.Fatalf("table %s missing after Up", name)
-		}
-	}
-	s, err := New(db, nil)
-	if err != nil {
-		t.Fatalf("New at version 3: %v", err)
-	}
-	defer s.Close()
-	mustTx(t, s, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := s.DeadLetterTx(ctx, tx, store.DeadLetter{Key: evA, Event: []byte("{}")})
-		return err
-	})
 }
 
 // TestInboxEventBytes checks that stored events come back byte for byte.

@@ -15,10 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pressly/goose/v3"
 	"pgregory.net/rapid"
 
-	"github.com/idemhq/idem/internal/migrate"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 )
@@ -566,71 +564,6 @@ func TestOutboxClaimRaceAcrossHandles(t *testing.T) {
 	}
 	if done != total {
 		t.Fatalf("%d of %d rows completed before the deadline", done, total)
-	}
-}
-
-// TestOutboxMigration checks migration 003 down and up again, and that New
-// refuses a file at version 2.
-func TestOutboxMigration(t *testing.T) {
-	t.Parallel()
-	db, _ := openMigrated(t, nil)
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, migrationsFS(),
-		goose.WithDisableGlobalRegistry(true), goose.WithTableName(migrate.TableName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	outboxTables := []string{"idem_outbox", "idem_outbox_streams", "idem_outbox_targets"}
-	tables := func() map[string]bool {
-		rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table'`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		m := map[string]bool{}
-		for rows.Next() {
-			var name string
-			if err := rows.Scan(&name); err != nil {
-				t.Fatal(err)
-			}
-			m[name] = true
-		}
-		return m
-	}
-	if v, err := p.GetDBVersion(ctx); err != nil || v != 3 {
-		t.Fatalf("version after Migrate = %d, %v; want 3", v, err)
-	}
-	if _, err := p.Down(ctx); err != nil {
-		t.Fatalf("Down: %v", err)
-	}
-	got := tables()
-	for _, name := range outboxTables {
-		if got[name] {
-			t.Fatalf("table %s left after Down", name)
-		}
-	}
-	if !got["idem_keys"] || !got["idem_inbox"] || !got["idem_dead_letters"] {
-		t.Fatalf("Down of 003 dropped other tables: %v", got)
-	}
-	if _, err := New(db, nil); err == nil || !strings.Contains(err.Error(), "Migrate") {
-		t.Fatalf("New at version 2 = %v, want a refusal telling to run Migrate", err)
-	}
-	res, err := Migrate(ctx, db)
-	if err != nil || len(res) != 1 || res[0].Version != 3 {
-		t.Fatalf("Migrate from version 2 = %+v, %v; want 3 applied", res, err)
-	}
-	got = tables()
-	for _, name := range outboxTables {
-		if !got[name] {
-			t.Fatalf("table %s missing after Up", name)
-		}
-	}
-	s, err := New(db, nil)
-	if err != nil {
-		t.Fatalf("New at version 3: %v", err)
-	}
-	defer s.Close()
-	if ids := enqueueAll(t, s, outboxIntent("pay", "s")); ids[0] != 1 {
-		t.Fatalf("first id after Up = %d", ids[0])
 	}
 }
 
