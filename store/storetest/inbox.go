@@ -18,10 +18,7 @@ import (
 // concurrency the inbox relies on (one inbox row per event key, one
 // decision at a time per stream, even a new one).
 func exerciseInbox[TX any](t *testing.T, open Open[TX]) {
-	newStore := func(t *testing.T) (store.InboxStore[TX], Ledger[TX]) {
-		t.Helper()
-		return OpenAs[store.InboxStore[TX]](t, open, nil)
-	}
+	newStore := onOwnClock[store.InboxStore[TX]](open)
 	ctx := context.Background()
 	at := testclock.Epoch0
 	sk := store.StreamKey{Source: "https://shop.example/orders", Subject: "o-1"}

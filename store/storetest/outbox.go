@@ -21,10 +21,7 @@ import (
 // at a time in order; disabled targets wait; dead rows can be requeued;
 // done rows are swept.
 func exerciseOutbox[TX any](t *testing.T, open Open[TX]) {
-	newStore := func(t *testing.T) (store.OutboxStore[TX], Ledger[TX]) {
-		t.Helper()
-		return OpenAs[store.OutboxStore[TX]](t, open, nil)
-	}
+	newStore := onOwnClock[store.OutboxStore[TX]](open)
 	ctx := context.Background()
 	t0 := testclock.Epoch0
 	enqueue := func(t *testing.T, s store.OutboxStore[TX], in store.Intent) (int64, int64) {

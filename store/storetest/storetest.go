@@ -142,6 +142,16 @@ func OpenAs[S any, TX any](t *testing.T, open Open[TX], now func() time.Time) (S
 	return s, sub.Ledger
 }
 
+// onOwnClock returns a function that opens a store as S for one test, on
+// the store's own clock: for the sections whose methods take the caller's
+// times.
+func onOwnClock[S, TX any](open Open[TX]) func(*testing.T) (S, Ledger[TX]) {
+	return func(t *testing.T) (S, Ledger[TX]) {
+		t.Helper()
+		return OpenAs[S](t, open, nil)
+	}
+}
+
 // Concurrently calls fn(0) to fn(n-1), each in a goroutine of its own, all
 // released at once, and returns when every call has returned.
 func Concurrently(n int, fn func(i int)) {
