@@ -19,8 +19,8 @@
 //	}
 //	// inbox key: (ev.Source, ev.ID); order key: ev.Stream(), ev.ExecutionID, ev.Sequence
 //
-// The sending side renders an [Event] with [ToHTTP] in [Binary] or
-// [Structured] mode, signs the body, and posts it.
+// The sending side renders an [Event] with [ToHTTP] in [ModeBinary] or
+// [ModeStructured] mode, signs the body, and posts it.
 //
 // An event at rest (the inbox's parked events and dead letters) is the body
 // of structured mode: [Encode] writes it and [Decode] reads it back, with

@@ -17,22 +17,22 @@ import (
 type Mode int
 
 const (
-	// Binary puts the attributes in ce-* headers (ce-sequence: 8) and the
+	// ModeBinary puts the attributes in ce-* headers (ce-sequence: 8) and the
 	// payload, as is, in the body with its Content-Type.
-	Binary Mode = iota
-	// Structured puts the whole event in a JSON body with Content-Type
+	ModeBinary Mode = iota
+	// ModeStructured puts the whole event in a JSON body with Content-Type
 	// application/cloudevents+json ("sequence":"8"). Data whose media type is
 	// application/json or text/json and whose bytes are valid JSON is inlined
 	// as "data" (the SDK compacts it: insignificant whitespace is lost);
 	// anything else travels byte-exact as "data_base64".
-	Structured
+	ModeStructured
 )
 
 func (m Mode) String() string {
 	switch m {
-	case Binary:
+	case ModeBinary:
 		return "binary"
-	case Structured:
+	case ModeStructured:
 		return "structured"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
@@ -45,7 +45,7 @@ func (m Mode) String() string {
 // is omitted, a negative one is [ErrBadSequence]. An event the SDK does not
 // validate (empty id, source or type) is [ErrMalformed].
 func ToHTTP(ev Event, mode Mode) (http.Header, []byte, error) {
-	if mode != Binary && mode != Structured {
+	if mode != ModeBinary && mode != ModeStructured {
 		return nil, nil, fmt.Errorf("event: unknown mode %v", mode)
 	}
 	if ev.Sequence < 0 {
@@ -56,7 +56,7 @@ func ToHTTP(ev Event, mode Mode) (http.Header, []byte, error) {
 		return nil, nil, fmt.Errorf("%w: %s", ErrMalformed, validationMessage(err))
 	}
 	ctx := binding.WithForceBinary(context.Background())
-	if mode == Structured {
+	if mode == ModeStructured {
 		ctx = binding.WithForceStructured(context.Background())
 	}
 	req := &http.Request{Header: http.Header{}}
@@ -76,10 +76,10 @@ func ToHTTP(ev Event, mode Mode) (http.Header, []byte, error) {
 }
 
 // Encode renders ev as structured-mode CloudEvents JSON, the body [ToHTTP]
-// sends in [Structured] mode: the form in which idem stores an event
+// sends in [ModeStructured] mode: the form in which idem stores an event
 // (parked events, dead letters). [Decode] reads it back.
 func Encode(ev Event) ([]byte, error) {
-	_, body, err := ToHTTP(ev, Structured)
+	_, body, err := ToHTTP(ev, ModeStructured)
 	return body, err
 }
 

@@ -287,7 +287,7 @@ func TestRoundTrip(t *testing.T) {
 		"NoType":      {ID: "n", Source: "urn:x", Type: "ping", Sequence: 4, Data: []byte("raw")},
 	}
 	for name, in := range events {
-		for _, mode := range []event.Mode{event.Binary, event.Structured} {
+		for _, mode := range []event.Mode{event.ModeBinary, event.ModeStructured} {
 			t.Run(name+"/"+mode.String(), func(t *testing.T) {
 				t.Parallel()
 				h, body, err := event.ToHTTP(in, mode)
@@ -295,10 +295,10 @@ func TestRoundTrip(t *testing.T) {
 					t.Fatal(err)
 				}
 				ct := h.Get("Content-Type")
-				if mode == event.Structured && !strings.HasPrefix(ct, "application/cloudevents+json") {
+				if mode == event.ModeStructured && !strings.HasPrefix(ct, "application/cloudevents+json") {
 					t.Fatalf("structured Content-Type %q", ct)
 				}
-				if mode == event.Binary && h.Get("Ce-Sequence") != event.FormatSequence(in.Sequence) {
+				if mode == event.ModeBinary && h.Get("Ce-Sequence") != event.FormatSequence(in.Sequence) {
 					t.Fatalf("binary ce-sequence %q; headers %v", h.Get("Ce-Sequence"), h)
 				}
 				r := httptest.NewRequest(http.MethodPost, "/hooks", bytes.NewReader(body))
@@ -308,7 +308,7 @@ func TestRoundTrip(t *testing.T) {
 					t.Fatalf("FromHTTP: %v\nheaders %v\nbody %s", err, h, body)
 				}
 				want := in // a copy: in is shared with the other mode's subtest
-				if mode == event.Structured && json.Valid(in.Data) && in.DataContentType == "application/json" {
+				if mode == event.ModeStructured && json.Valid(in.Data) && in.DataContentType == "application/json" {
 					// The SDK inlines JSON data and compacts it on the way out.
 					var c bytes.Buffer
 					_ = json.Compact(&c, in.Data)
@@ -335,7 +335,7 @@ func TestEncodeDecode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, body, err := event.ToHTTP(in, event.Structured)
+			_, body, err := event.ToHTTP(in, event.ModeStructured)
 			if err != nil || !bytes.Equal(b, body) {
 				t.Fatalf("Encode = %s; ToHTTP structured = %s, %v", b, body, err)
 			}
@@ -369,7 +369,7 @@ func TestEncodeDecode(t *testing.T) {
 
 func TestToHTTPStructuredWireFormat(t *testing.T) {
 	t.Parallel()
-	_, body, err := event.ToHTTP(event.Event{ID: "1", Source: "urn:x", Type: "t", Sequence: 8, DataContentType: "application/json", Data: []byte(`{"a":1}`)}, event.Structured)
+	_, body, err := event.ToHTTP(event.Event{ID: "1", Source: "urn:x", Type: "t", Sequence: 8, DataContentType: "application/json", Data: []byte(`{"a":1}`)}, event.ModeStructured)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,10 +382,10 @@ func TestToHTTPStructuredWireFormat(t *testing.T) {
 
 func TestToHTTPBad(t *testing.T) {
 	t.Parallel()
-	if _, _, err := event.ToHTTP(event.Event{Source: "urn:x", Type: "t", Sequence: 1}, event.Binary); !errors.Is(err, event.ErrMalformed) || !strings.Contains(err.Error(), "id") {
+	if _, _, err := event.ToHTTP(event.Event{Source: "urn:x", Type: "t", Sequence: 1}, event.ModeBinary); !errors.Is(err, event.ErrMalformed) || !strings.Contains(err.Error(), "id") {
 		t.Errorf("missing id: %v", err)
 	}
-	if _, _, err := event.ToHTTP(event.Event{ID: "1", Source: "urn:x", Type: "t", Sequence: -1}, event.Binary); !errors.Is(err, event.ErrBadSequence) {
+	if _, _, err := event.ToHTTP(event.Event{ID: "1", Source: "urn:x", Type: "t", Sequence: -1}, event.ModeBinary); !errors.Is(err, event.ErrBadSequence) {
 		t.Errorf("negative sequence: %v", err)
 	}
 	if _, _, err := event.ToHTTP(event.Event{ID: "1", Source: "urn:x", Type: "t", Sequence: 1}, event.Mode(9)); err == nil {

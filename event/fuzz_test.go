@@ -36,7 +36,7 @@ func FuzzFromHTTPStructured(f *testing.F) {
 		if ev.Sequence < 1 || ev.ID == "" || ev.Source == "" || ev.Type == "" {
 			t.Fatalf("accepted an invalid event %+v", ev)
 		}
-		h, body2, err := event.ToHTTP(ev, event.Structured)
+		h, body2, err := event.ToHTTP(ev, event.ModeStructured)
 		if err != nil {
 			t.Fatalf("ToHTTP(%+v): %v", ev, err)
 		}

@@ -344,20 +344,20 @@ func (m *Middleware) execute(cw *capture, h http.Handler, r *http.Request) {
 // answer writes the response to a request whose handler did not run.
 func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, res key.Result, err error) {
 	switch res.Outcome {
-	case key.Replayed:
+	case key.OutcomeReplayed:
 		m.replay(w, r, res.Response)
-	case key.InFlight:
+	case key.OutcomeInFlight:
 		ra := retryAfter(res.RetryAfter)
 		w.Header().Set("Retry-After", ra)
 		m.problem(w, r, OutcomeInFlight, SlugRequestInFlight, http.StatusConflict,
 			"a request with this Idempotency-Key is still being processed; retry after "+ra+" s")
-	case key.Unknown:
+	case key.OutcomeUnknown:
 		ra := retryAfter(res.RetryAfter)
 		w.Header().Set("Retry-After", ra)
 		m.problem(w, r, OutcomeUnknown, SlugOutcomeUnknown, http.StatusConflict,
 			"the first request with this Idempotency-Key may or may not have taken effect; "+
 				"it is retried after its lease ends, in "+ra+" s")
-	case key.Conflict:
+	case key.OutcomeConflict:
 		m.problem(w, r, OutcomeConflict, SlugKeyReused, http.StatusUnprocessableEntity,
 			"this Idempotency-Key was used with a different request (method, path, query, headers or body); use a new key")
 	default: // Unavailable, or anything the guard did not expect

@@ -96,7 +96,7 @@ func backlogRun(t *testing.T, streams, perStream, dead int) backlogFigures {
 		_, err := tx.ExecContext(ctx, `INSERT INTO paid VALUES (?, ?)`, ev.Subject, ev.Sequence)
 		return err
 	}
-	p, err := inbox.New(s, apply, &inbox.Config{Mode: order.Delta, Now: now, Logger: slog.New(slog.DiscardHandler), GapDeadline: time.Minute})
+	p, err := inbox.New(s, apply, &inbox.Config{Mode: order.ModeDelta, Now: now, Logger: slog.New(slog.DiscardHandler), GapDeadline: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

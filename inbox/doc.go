@@ -6,7 +6,7 @@
 // order:
 //
 //  1. record (source, id) in the inbox; a row already there means a
-//     redelivery: Duplicate, nothing runs, nothing is written;
+//     redelivery: OutcomeDuplicate, nothing runs, nothing is written;
 //  2. lock the event's stream (source, subject) and decide with package
 //     order: apply, park (delta after a gap), or drop (duplicate sequence,
 //     stale snapshot, superseded execution);
@@ -19,14 +19,14 @@
 // So the inbox row, the order state and the business change commit
 // together or not at all: a crash before the commit leaves nothing (the
 // sender redelivers and it runs), a crash after it leaves the row (the
-// redelivery is a Duplicate).
+// redelivery is an OutcomeDuplicate).
 //
 // # Failures
 //
 //   - ApplyFunc returns an error wrapped by Invalid: the transaction rolls
 //     back (its writes with it) and runs again at once with the event
 //     dead-lettered (reason, stored event, attempts) instead of applied;
-//     Outcome DeadLettered, which is acknowledged so the sender stops
+//     OutcomeDeadLettered, which is acknowledged so the sender stops
 //     retrying. Nothing is lost: Requeue runs it again.
 //   - Any other error (or a panic) is transient: the transaction rolls back
 //     and is tried again after Config.Backoff (doubling, jittered), up to
@@ -58,6 +58,6 @@
 // Sweep (or RunSweeper) deletes inbox rows and gap records older than
 // Config.Retention (default 72 h). A redelivery after that runs again, so
 // Retention must cover the sender's retry horizon. Dead rows stay until
-// their dead letter is requeued. Parked events and dead letters live in the
+// their dead letter is requeued. OutcomeParked events and dead letters live in the
 // store only: a backlog costs disk, not memory.
 package inbox

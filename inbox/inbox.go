@@ -55,38 +55,38 @@ func Invalid(err error) error {
 type Outcome uint8
 
 const (
-	// Processed: the event was applied (with any parked events it
+	// OutcomeProcessed: the event was applied (with any parked events it
 	// released), in the transaction that recorded it.
-	Processed Outcome = iota + 1
-	// Duplicate: the event ID was already in the inbox, or its sequence was
+	OutcomeProcessed Outcome = iota + 1
+	// OutcomeDuplicate: the event ID was already in the inbox, or its sequence was
 	// already applied or parked; nothing ran.
-	Duplicate
-	// Stale: a snapshot older than the one applied; dropped.
-	Stale
-	// Superseded: the event belongs to an execution older than the one the
+	OutcomeDuplicate
+	// OutcomeStale: a snapshot older than the one applied; dropped.
+	OutcomeStale
+	// OutcomeSuperseded: the event belongs to an execution older than the one the
 	// stream follows; dropped.
-	Superseded
-	// Parked: a delta after a gap, stored until the gap fills.
-	Parked
-	// DeadLettered: the event could not be applied (invalid, or a transient
+	OutcomeSuperseded
+	// OutcomeParked: a delta after a gap, stored until the gap fills.
+	OutcomeParked
+	// OutcomeDeadLettered: the event could not be applied (invalid, or a transient
 	// failure outlasted the retry budget) and was stored as a dead letter.
-	DeadLettered
+	OutcomeDeadLettered
 )
 
 // String returns the outcome's name, as used in metrics and responses.
 func (o Outcome) String() string {
 	switch o {
-	case Processed:
+	case OutcomeProcessed:
 		return "processed"
-	case Duplicate:
+	case OutcomeDuplicate:
 		return "duplicate"
-	case Stale:
+	case OutcomeStale:
 		return "stale"
-	case Superseded:
+	case OutcomeSuperseded:
 		return "superseded"
-	case Parked:
+	case OutcomeParked:
 		return "parked"
-	case DeadLettered:
+	case OutcomeDeadLettered:
 		return "dead_lettered"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
@@ -97,7 +97,7 @@ func (o Outcome) String() string {
 type Result struct {
 	Outcome Outcome
 	// Applied are the sequences applied in the transaction, in order: the
-	// event's own and the parked ones it released (Processed); empty in
+	// event's own and the parked ones it released (OutcomeProcessed); empty in
 	// dedup-only mode.
 	Applied []int64
 	// Gap is the run of sequences the event revealed as missing, or nil.
@@ -105,7 +105,7 @@ type Result struct {
 	// Reset is true when the event started a newer execution of its stream.
 	Reset bool
 	// DeadLetters are the IDs of the dead letters written: the event's own
-	// (Outcome DeadLettered), or a released parked event's that failed.
+	// (OutcomeDeadLettered), or a released parked event's that failed.
 	DeadLetters []int64
 	// Reason says why the event was dead-lettered or counted as a
 	// duplicate of a dead letter.
@@ -134,8 +134,8 @@ type CompensateFunc[TX any] func(ctx context.Context, tx TX, stream store.Stream
 
 // Config configures a Processor. A nil *Config means all defaults.
 type Config struct {
-	// Mode is how events are ordered per stream: order.Snapshot,
-	// order.Delta, or 0 (the default) for dedup only, where the sequence is
+	// Mode is how events are ordered per stream: order.ModeSnapshot,
+	// order.ModeDelta, or 0 (the default) for dedup only, where the sequence is
 	// not used.
 	Mode order.Mode
 	// ModeOf, when set, chooses the mode per event (for example by type)
@@ -215,7 +215,7 @@ func New[TX any](s store.InboxStore[TX], apply ApplyFunc[TX], cfg *Config) (*Pro
 		c = *cfg
 	}
 	switch {
-	case c.Mode != 0 && c.Mode != order.Snapshot && c.Mode != order.Delta:
+	case c.Mode != 0 && c.Mode != order.ModeSnapshot && c.Mode != order.ModeDelta:
 		return nil, fmt.Errorf("%w: Mode %v", ErrBadConfig, c.Mode)
 	case c.MaxParked < 0, c.MaxAttempts < 0, c.Backoff < 0, c.Retention < 0, c.GapDeadline < 0,
 		c.CompensateInterval < 0, c.SweepInterval < 0:
@@ -272,7 +272,7 @@ func (p *Processor[TX]) Process(ctx context.Context, ev event.Event) (Result, er
 // transaction that removes it: applied, parked, or dead-lettered again
 // (with a new ID and its attempts added up). An event that was handled by
 // other means meanwhile (its inbox row is no longer dead) is not run:
-// Outcome Duplicate. Returns store.ErrNotFound (wrapped) for an unknown id.
+// OutcomeDuplicate. Returns store.ErrNotFound (wrapped) for an unknown id.
 func (p *Processor[TX]) Requeue(ctx context.Context, id int64) (Result, error) {
 	return p.run(ctx, event.Event{}, &id)
 }
@@ -322,7 +322,7 @@ func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64)
 				return Result{}, err
 			}
 			if !wasDead {
-				return Result{Outcome: Duplicate, Reason: "the event was handled after it was dead-lettered"}, nil
+				return Result{Outcome: OutcomeDuplicate, Reason: "the event was handled after it was dead-lettered"}, nil
 			}
 			if e, err = Decode(d.Event); err != nil {
 				return Result{}, fmt.Errorf("%w: dead letter %d: %w", store.ErrCorrupt, d.ID, err)
@@ -403,7 +403,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		return Result{}, err
 	}
 	if !inserted {
-		r := Result{Outcome: Duplicate}
+		r := Result{Outcome: OutcomeDuplicate}
 		if status == store.EventDead {
 			r.Reason = "the event was dead-lettered earlier"
 		}
@@ -416,9 +416,9 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 	if mode == 0 {
 		id, reason, err := p.applyOrDead(ctx, tx, ev, t, prior, now)
 		if err != nil || id == 0 {
-			return Result{Outcome: Processed}, err
+			return Result{Outcome: OutcomeProcessed}, err
 		}
-		return Result{Outcome: DeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
+		return Result{Outcome: OutcomeDeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
 	}
 
 	sk := store.StreamKey{Source: ev.Source, Subject: ev.Subject}
@@ -451,15 +451,15 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		if derr != nil {
 			return Result{}, derr
 		}
-		return Result{Outcome: DeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
+		return Result{Outcome: OutcomeDeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
 	}
 
 	res := Result{Reset: d.Reset, Gap: d.Gap}
 	switch d.Action {
-	case order.Duplicate, order.Stale, order.Superseded:
-		res.Outcome = map[order.Action]Outcome{order.Duplicate: Duplicate, order.Stale: Stale, order.Superseded: Superseded}[d.Action]
+	case order.ActionDuplicate, order.ActionStale, order.ActionSuperseded:
+		res.Outcome = map[order.Action]Outcome{order.ActionDuplicate: OutcomeDuplicate, order.ActionStale: OutcomeStale, order.ActionSuperseded: OutcomeSuperseded}[d.Action]
 		return res, nil
-	case order.Park:
+	case order.ActionPark:
 		b, err := Encode(ev)
 		if err != nil {
 			return Result{}, err
@@ -470,7 +470,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		if err := p.s.ParkTx(ctx, tx, sk, store.ParkedEvent{Sequence: ev.Sequence, Event: b}); err != nil {
 			return Result{}, err
 		}
-		res.Outcome = Parked
+		res.Outcome = OutcomeParked
 		return res, p.commitStream(ctx, tx, sk, mode, s, d, d.Next, now, &res)
 	}
 
@@ -481,13 +481,13 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		return Result{}, err
 	}
 	if id != 0 {
-		return Result{Outcome: DeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
+		return Result{Outcome: OutcomeDeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
 	}
 	// Only now, with the event applied, does the reset happen.
 	if err := p.dropDiscarded(ctx, tx, sk, d); err != nil {
 		return Result{}, err
 	}
-	res.Outcome = Processed
+	res.Outcome = OutcomeProcessed
 	next, applied, dead, err := p.applyReleased(ctx, tx, sk, d, t, now)
 	if err != nil {
 		return Result{}, err
@@ -622,7 +622,7 @@ func (p *Processor[TX]) commitStream(ctx context.Context, tx TX, sk store.Stream
 	// Gaps this decision opened: a snapshot's skipped run, or delta gaps
 	// the stream did not hold before (the event's own, one a halt opened).
 	var opened []order.Gap
-	if mode == order.Snapshot && d.Gap != nil {
+	if mode == order.ModeSnapshot && d.Gap != nil {
 		opened = append(opened, *d.Gap)
 	}
 	old := before.Gaps
@@ -635,7 +635,7 @@ func (p *Processor[TX]) commitStream(ctx context.Context, tx TX, sk store.Stream
 		}
 	}
 	for _, g := range opened {
-		if err := p.s.RecordGapTx(ctx, tx, store.GapRecord{Stream: sk, From: g.From, To: g.To, Delta: mode == order.Delta, FirstSeen: now}); err != nil {
+		if err := p.s.RecordGapTx(ctx, tx, store.GapRecord{Stream: sk, From: g.From, To: g.To, Delta: mode == order.ModeDelta, FirstSeen: now}); err != nil {
 			return err
 		}
 		p.log.WarnContext(ctx, "inbox: gap in stream", "source", sk.Source, "subject", sk.Subject, "mode", mode, "from", g.From, "to", g.To)

@@ -41,7 +41,7 @@ func (p *Processor[TX]) Compensate(ctx context.Context, fn CompensateFunc[TX]) (
 			errs = append(errs, fmt.Errorf("stream %v: %w", sk, err))
 			continue
 		}
-		if res.Outcome == Processed {
+		if res.Outcome == OutcomeProcessed {
 			n++
 		}
 	}
@@ -49,7 +49,7 @@ func (p *Processor[TX]) Compensate(ctx context.Context, fn CompensateFunc[TX]) (
 }
 
 // compensateTx compensates the stream's first gap if it is still overdue
-// (another process may have done it). Outcome Processed when it did.
+// (another process may have done it). OutcomeProcessed when it did.
 func (p *Processor[TX]) compensateTx(ctx context.Context, tx TX, sk store.StreamKey, fn CompensateFunc[TX], t *try) (Result, error) {
 	now := p.cfg.Now()
 	raw, err := p.s.LockStreamTx(ctx, tx, sk)
@@ -78,8 +78,8 @@ func (p *Processor[TX]) compensateTx(ctx context.Context, tx TX, sk store.Stream
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Outcome: Processed, Applied: applied, DeadLetters: dead, Gap: &g, housekp: true}
-	if err := p.commitStream(ctx, tx, sk, order.Delta, s, d, next, now, &res); err != nil {
+	res := Result{Outcome: OutcomeProcessed, Applied: applied, DeadLetters: dead, Gap: &g, housekp: true}
+	if err := p.commitStream(ctx, tx, sk, order.ModeDelta, s, d, next, now, &res); err != nil {
 		return Result{}, err
 	}
 	p.m.compensated.Inc()

@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Events not acknowledged because the store could not answer or the commit's outcome was unknown.",
 		}),
 	}
-	for _, o := range []Outcome{Processed, Duplicate, Stale, Superseded, Parked, DeadLettered} {
+	for _, o := range []Outcome{OutcomeProcessed, OutcomeDuplicate, OutcomeStale, OutcomeSuperseded, OutcomeParked, OutcomeDeadLettered} {
 		m.events.WithLabelValues(o.String())
 	}
 	m.gaps.WithLabelValues("snapshot")

@@ -187,30 +187,30 @@ type expect struct {
 // (on backpressure the caller restores the model).
 func (m *model) deliver(k evKey, id string, now time.Time) expect {
 	if m.recorded[id] {
-		return expect{outcome: inbox.Duplicate}
+		return expect{outcome: inbox.OutcomeDuplicate}
 	}
 	o := m.objs[k.obj]
 	if k.run < o.rank {
 		m.recorded[id] = true
-		return expect{outcome: inbox.Superseded}
+		return expect{outcome: inbox.OutcomeSuperseded}
 	}
 	var e expect
 	if k.run > o.rank {
 		e.reset = o.rank != 0
 		o.rank, o.last, o.parked, o.since = k.run, 0, nil, map[int64]time.Time{}
 	}
-	if o.mode == order.Snapshot {
+	if o.mode == order.ModeSnapshot {
 		switch {
 		case k.seq == o.last:
-			e.outcome = inbox.Duplicate
+			e.outcome = inbox.OutcomeDuplicate
 		case k.seq < o.last:
-			e.outcome = inbox.Stale
+			e.outcome = inbox.OutcomeStale
 		default:
 			if k.seq > o.last+1 {
 				e.gap = &order.Gap{From: o.last + 1, To: k.seq - 1, FirstSeen: now}
 				m.gaps = append(m.gaps, store.GapRecord{Stream: streamKey(k.obj), From: o.last + 1, To: k.seq - 1, FirstSeen: now})
 			}
-			e.outcome, e.applied = inbox.Processed, []int64{k.seq}
+			e.outcome, e.applied = inbox.OutcomeProcessed, []int64{k.seq}
 			m.apply(k, viaEvent)
 			o.last = k.seq
 		}
@@ -219,11 +219,11 @@ func (m *model) deliver(k evKey, id string, now time.Time) expect {
 	}
 	switch {
 	case k.seq <= o.last || slices.Contains(o.parked, k.seq):
-		e.outcome = inbox.Duplicate
+		e.outcome = inbox.OutcomeDuplicate
 	case k.seq == o.last+1:
 		m.apply(k, viaEvent)
 		o.last = k.seq
-		e.outcome, e.applied = inbox.Processed, append([]int64{k.seq}, m.release(o)...)
+		e.outcome, e.applied = inbox.OutcomeProcessed, append([]int64{k.seq}, m.release(o)...)
 	default:
 		if len(o.parked) >= m.maxParked {
 			return expect{backpressure: true}
@@ -250,7 +250,7 @@ func (m *model) deliver(k evKey, id string, now time.Time) expect {
 		if from <= k.seq-1 {
 			e.gap = &order.Gap{From: from, To: k.seq - 1, FirstSeen: o.since[k.seq-1]}
 		}
-		e.outcome = inbox.Parked
+		e.outcome = inbox.OutcomeParked
 	}
 	m.recorded[id] = true
 	return e
@@ -274,7 +274,7 @@ func (m *model) overdue(now time.Time, deadline time.Duration) []dueGap {
 	var out []dueGap
 	for _, n := range m.names {
 		o := m.objs[n]
-		if o.mode != order.Delta || len(o.parked) == 0 {
+		if o.mode != order.ModeDelta || len(o.parked) == 0 {
 			continue
 		}
 		fs, ok := o.since[o.last+1]
@@ -596,7 +596,7 @@ func (h *harness) check(rt *rapid.T) {
 		newest[k.obj] = k.run
 		rk := runKey{k.obj, k.run}
 		switch m.objs[k.obj].mode {
-		case order.Delta:
+		case order.ModeDelta:
 			if k.seq != top[rk]+1 {
 				rt.Fatalf("ledger: delta %v (%s) applied after %d", k, e.via, top[rk])
 			}
@@ -641,12 +641,12 @@ func checkModel(t *testing.T, modes string) {
 		}
 		for i := range n {
 			name := string(rune('a' + i))
-			mode := order.Snapshot
+			mode := order.ModeSnapshot
 			switch modes {
 			case "delta":
-				mode = order.Delta
+				mode = order.ModeDelta
 			case "mixed":
-				mode = rapid.SampledFrom([]order.Mode{order.Snapshot, order.Delta}).Draw(rt, "mode-"+name)
+				mode = rapid.SampledFrom([]order.Mode{order.ModeSnapshot, order.ModeDelta}).Draw(rt, "mode-"+name)
 			}
 			m.names = append(m.names, name)
 			m.objs[name] = &objModel{name: name, mode: mode, run: 1, sent: map[int]int64{}, since: map[int64]time.Time{}}
@@ -730,7 +730,7 @@ func TestModelResetParksDiscardedSequence(t *testing.T) {
 	}
 	clock := testclock.New(testclock.Epoch0)
 	p, err := inbox.New(memstore.NewInbox(), apply, &inbox.Config{
-		Mode: order.Delta, Now: clock.Now, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Mode: order.ModeDelta, Now: clock.Now, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 		ExecutionRank: func(ev event.Event) int64 {
 			r, _ := strconv.ParseInt(strings.TrimPrefix(ev.ExecutionID, "run-"), 10, 64)
 			return r
@@ -744,9 +744,9 @@ func TestModelResetParksDiscardedSequence(t *testing.T) {
 		want    inbox.Outcome
 		applied []int64
 	}{
-		{evKey{"a", 1, 2}, inbox.Parked, nil},
-		{evKey{"a", 2, 2}, inbox.Parked, nil}, // a newer execution: run-1's parked 2 is discarded
-		{evKey{"a", 2, 1}, inbox.Processed, []int64{1, 2}},
+		{evKey{"a", 1, 2}, inbox.OutcomeParked, nil},
+		{evKey{"a", 2, 2}, inbox.OutcomeParked, nil}, // a newer execution: run-1's parked 2 is discarded
+		{evKey{"a", 2, 1}, inbox.OutcomeProcessed, []int64{1, 2}},
 	}
 	for _, s := range steps {
 		res, err := p.Process(ctx, s.ev.event(0))

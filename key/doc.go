@@ -4,10 +4,10 @@
 // A request names its Scope (principal, operation, key) and a Fingerprint of
 // its content. Guard.Do claims the scope in the store, runs the operation,
 // and stores its response; a retry with the same scope and fingerprint gets
-// the stored response (Replayed), one with other content is refused
-// (Conflict), and one that arrives while the first still runs is told to
-// come back (InFlight). When the store cannot answer, nothing runs
-// (Unavailable): idem fails closed.
+// the stored response (OutcomeReplayed), one with other content is refused
+// (OutcomeConflict), and one that arrives while the first still runs is told to
+// come back (OutcomeInFlight). When the store cannot answer, nothing runs
+// (OutcomeUnavailable): idem fails closed.
 //
 // TxGuard.DoTx runs the operation inside the store's transaction (SQLite,
 // PostgreSQL), so that its business writes and the stored response commit
@@ -28,9 +28,9 @@
 //	                           │ claim, any fingerprint (epoch e+1)
 //	                           └──────────────► PROCESSING
 //
-// PROCESSING may also carry the Unknown mark (MarkUnknown): the holder ran an
+// PROCESSING may also carry the OutcomeUnknown mark (MarkUnknown): the holder ran an
 // external call and lost its answer. The mark changes what waiting callers
-// are told (Unknown rather than InFlight), not the transitions; the holder
+// are told (OutcomeUnknown rather than OutcomeInFlight), not the transitions; the holder
 // extends the lease to Config.UnknownHold when it marks, so that no retry
 // runs before an operation that may still be under way has had its time.
 //
@@ -63,14 +63,14 @@
 //   - The operation returns an error or panics: the claim is released at
 //     once and the retry runs it again (with the next epoch).
 //   - The operation returns an error wrapping ErrOutcomeUnknown (MarkUnknown):
-//     the claim is kept until the lease ends; meanwhile callers get Unknown
+//     the claim is kept until the lease ends; meanwhile callers get OutcomeUnknown
 //     with the time left; after it, the next caller runs it again.
 //   - The process dies while holding a claim: the lease ends and the next
 //     caller takes over. For a TxGuard operation nothing had committed; for
 //     an external effect the operation may run twice, so it must send a
 //     downstream key derived from business data.
 //   - A store call fails: a failed claim is read back (the owner token shows
-//     whether it landed) and otherwise reported Unavailable without running
+//     whether it landed) and otherwise reported OutcomeUnavailable without running
 //     anything; a failed completion is read back and retried once, never
 //     resolved by running the operation again.
 //   - The store fails while the operation runs or right after it (an
@@ -79,8 +79,8 @@
 //     background recorder retries the completion (backoff 50 ms doubling to
 //     1 s, for Config.RecordTimeout), extending the lease whenever the store
 //     answers. Meanwhile a retry in the same process first tries to record
-//     the outcome itself and is refused (Unavailable) until it can, and a
-//     retry elsewhere meets the live lease (InFlight). So the first write
+//     the outcome itself and is refused (OutcomeUnavailable) until it can, and a
+//     retry elsewhere meets the live lease (OutcomeInFlight). So the first write
 //     that reaches the recovered store is the fenced completion and every
 //     retry then replays it. The window left: an outage longer than the
 //     lease lets another process take the key over if its retry reaches the

@@ -44,7 +44,7 @@ type Config struct {
 	Heartbeat time.Duration
 	// UnknownHold is how long a claim stays held after its operation
 	// reported an unknown outcome (MarkUnknown), from that moment: retries
-	// get Unknown until it ends, then the next one runs the operation again.
+	// get OutcomeUnknown until it ends, then the next one runs the operation again.
 	// Set it well above the longest time the effect can still happen after
 	// the caller gave up (an upstream that keeps working after its client's
 	// timeout). At most MaxLease. Defaults to Lease.
@@ -148,17 +148,17 @@ type claim struct {
 // response to later calls, until the retention ends.
 //
 // Outcomes and errors:
-//   - Executed, nil: fn ran now and its response was stored.
-//   - Replayed, nil: a stored response is returned; fn did not run.
-//   - InFlight, ErrInFlight; Unknown, ErrOutcomeUnknown: someone holds the
+//   - OutcomeExecuted, nil: fn ran now and its response was stored.
+//   - OutcomeReplayed, nil: a stored response is returned; fn did not run.
+//   - OutcomeInFlight, ErrInFlight; OutcomeUnknown, ErrOutcomeUnknown: someone holds the
 //     key; retry after Result.RetryAfter.
-//   - Conflict, ErrConflict: same key, other fingerprint.
-//   - Unavailable, ErrUnavailable: the store did not confirm a claim; fn
+//   - OutcomeConflict, ErrConflict: same key, other fingerprint.
+//   - OutcomeUnavailable, ErrUnavailable: the store did not confirm a claim; fn
 //     did not run.
-//   - Executed, fn's error: fn failed; the claim was released so a retry may
+//   - OutcomeExecuted, fn's error: fn failed; the claim was released so a retry may
 //     run it again (or kept until the lease ends if the error wraps
 //     ErrOutcomeUnknown).
-//   - Executed, another error: fn succeeded but its response could not be
+//   - OutcomeExecuted, another error: fn succeeded but its response could not be
 //     recorded (ErrFenced: the claim was lost meanwhile; ErrUnavailable: the
 //     store failed). Result.Response still holds fn's response.
 //
@@ -226,7 +226,7 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 		// owner token tells whether the record is ours.
 		rec, gerr := g.store.Get(ctx, p.Key)
 		if gerr != nil || rec.State != store.StateProcessing || rec.Owner != p.Owner {
-			return nil, Result{Outcome: Unavailable}, fmt.Errorf("%w: claim: %w", ErrUnavailable, err)
+			return nil, Result{Outcome: OutcomeUnavailable}, fmt.Errorf("%w: claim: %w", ErrUnavailable, err)
 		}
 		cr = store.ClaimResult{Claimed: true, Record: rec}
 	}
@@ -234,7 +234,7 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 	if cr.Claimed {
 		c := &claim{fence: store.Fence{Key: p.Key, Epoch: rec.Epoch, Owner: p.Owner}}
 		g.local.hold(c, req.Fingerprint, rec.LeaseUntil.Sub(cr.Now))
-		return c, Result{Outcome: Executed, Epoch: rec.Epoch}, nil
+		return c, Result{Outcome: OutcomeExecuted, Epoch: rec.Epoch}, nil
 	}
 	if !bytes.Equal(rec.Fingerprint, req.Fingerprint) {
 		v := Fingerprint(rec.Fingerprint).Version()
@@ -243,20 +243,20 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 				return g.claim(ctx, Request{Scope: req.Scope, Fingerprint: alt})
 			}
 		}
-		return nil, Result{Outcome: Conflict, Epoch: rec.Epoch}, ErrConflict
+		return nil, Result{Outcome: OutcomeConflict, Epoch: rec.Epoch}, ErrConflict
 	}
 	switch rec.State {
 	case store.StateDone:
-		return nil, Result{Outcome: Replayed, Response: rec.Response, Epoch: rec.Epoch}, nil
+		return nil, Result{Outcome: OutcomeReplayed, Response: rec.Response, Epoch: rec.Epoch}, nil
 	case store.StateProcessing:
-		res := Result{Outcome: InFlight, Epoch: rec.Epoch, RetryAfter: max(rec.LeaseUntil.Sub(cr.Now), 0)}
+		res := Result{Outcome: OutcomeInFlight, Epoch: rec.Epoch, RetryAfter: max(rec.LeaseUntil.Sub(cr.Now), 0)}
 		if rec.Unknown {
-			res.Outcome = Unknown
+			res.Outcome = OutcomeUnknown
 			return nil, res, ErrOutcomeUnknown
 		}
 		return nil, res, ErrInFlight
 	}
-	return nil, Result{Outcome: Unavailable}, fmt.Errorf("%w: claim refused in state %v", ErrUnavailable, rec.State)
+	return nil, Result{Outcome: OutcomeUnavailable}, fmt.Errorf("%w: claim refused in state %v", ErrUnavailable, rec.State)
 }
 
 // run calls fn while a heartbeat keeps the lease alive. A panic in fn

@@ -62,12 +62,12 @@ func TestHeartbeatExtendsLease(t *testing.T) {
 				t.Errorf("lease not extended: %+v %v", rec, err)
 			}
 			inner, err := g.Do(ctx, request("a"), func(context.Context) ([]byte, error) { return nil, nil })
-			if inner.Outcome != key.InFlight || !errors.Is(err, key.ErrInFlight) {
+			if inner.Outcome != key.OutcomeInFlight || !errors.Is(err, key.ErrInFlight) {
 				t.Errorf("duplicate during a heartbeat-held lease: %v %v", inner.Outcome, err)
 			}
 			return []byte("done"), ctx.Err()
 		})
-		if res.Outcome != key.Executed || err != nil {
+		if res.Outcome != key.OutcomeExecuted || err != nil {
 			t.Fatalf("%v %v", res.Outcome, err)
 		}
 	})
@@ -98,7 +98,7 @@ func TestHeartbeatCancelsFencedOperation(t *testing.T) {
 			}
 			return nil, context.Cause(ctx)
 		})
-		if res.Outcome != key.Executed || !errors.Is(err, key.ErrFenced) {
+		if res.Outcome != key.OutcomeExecuted || !errors.Is(err, key.ErrFenced) {
 			t.Fatalf("%v %v", res.Outcome, err)
 		}
 	})
@@ -129,14 +129,14 @@ func TestFingerprintVersionUpgrade(t *testing.T) {
 		},
 	}
 	res, err := g.Do(t.Context(), upgraded, func(context.Context) ([]byte, error) { return []byte("ran again"), nil })
-	if res.Outcome != key.Replayed || string(res.Response) != "v1 answer" || err != nil {
+	if res.Outcome != key.OutcomeReplayed || string(res.Response) != "v1 answer" || err != nil {
 		t.Fatalf("upgraded request: %v %q %v", res.Outcome, res.Response, err)
 	}
 	// Other content is still a conflict under either version.
 	upgraded.Fingerprint = v2("other")
 	upgraded.FingerprintFor = func(byte) (key.Fingerprint, bool) { return key.FingerprintOf([]byte("other")), true }
 	res, err = g.Do(t.Context(), upgraded, func(context.Context) ([]byte, error) { return nil, nil })
-	if res.Outcome != key.Conflict || !errors.Is(err, key.ErrConflict) {
+	if res.Outcome != key.OutcomeConflict || !errors.Is(err, key.ErrConflict) {
 		t.Fatalf("other content: %v %v", res.Outcome, err)
 	}
 }
@@ -187,11 +187,11 @@ func TestCompletionOutlivesCancelledCaller(t *testing.T) {
 		cancel() // the client hangs up after the effect happened
 		return []byte("charged"), nil
 	})
-	if res.Outcome != key.Executed || err != nil {
+	if res.Outcome != key.OutcomeExecuted || err != nil {
 		t.Fatalf("%v %v", res.Outcome, err)
 	}
 	again, err := g.Do(t.Context(), request("a"), func(context.Context) ([]byte, error) { return []byte("twice"), nil })
-	if again.Outcome != key.Replayed || string(again.Response) != "charged" || err != nil {
+	if again.Outcome != key.OutcomeReplayed || string(again.Response) != "charged" || err != nil {
 		t.Fatalf("retry: %v %q %v", again.Outcome, again.Response, err)
 	}
 }

@@ -12,25 +12,25 @@ import (
 type Outcome uint8
 
 const (
-	// Executed: this call claimed the key and ran the operation. When Do also
+	// OutcomeExecuted: this call claimed the key and ran the operation. When Do also
 	// returns an error, the operation ran (or started) but its result was not
 	// recorded; the error says why.
-	Executed Outcome = iota + 1
-	// Replayed: the key was completed earlier with the same fingerprint; the
+	OutcomeExecuted Outcome = iota + 1
+	// OutcomeReplayed: the key was completed earlier with the same fingerprint; the
 	// stored response is returned and the operation did not run.
-	Replayed
-	// InFlight: another caller holds a live lease on the key. Retry after
+	OutcomeReplayed
+	// OutcomeInFlight: another caller holds a live lease on the key. Retry after
 	// Result.RetryAfter.
-	InFlight
-	// Unknown: the holder ran the operation but does not know whether it
+	OutcomeInFlight
+	// OutcomeUnknown: the holder ran the operation but does not know whether it
 	// took effect (an external call whose answer was lost). The key stays
 	// claimed until its lease ends; then the next caller runs it again.
-	Unknown
-	// Conflict: the key was used with another fingerprint (other content).
-	Conflict
-	// Unavailable: the store could not answer. The operation was not run:
+	OutcomeUnknown
+	// OutcomeConflict: the key was used with another fingerprint (other content).
+	OutcomeConflict
+	// OutcomeUnavailable: the store could not answer. The operation was not run:
 	// idem fails closed.
-	Unavailable
+	OutcomeUnavailable
 )
 
 var outcomeNames = [...]string{"", "Executed", "Replayed", "InFlight", "Unknown", "Conflict", "Unavailable"}
@@ -48,27 +48,27 @@ type Result struct {
 	// Outcome says what happened.
 	Outcome Outcome
 	// Response is the operation's response: the one it just returned
-	// (Executed) or the stored one (Replayed).
+	// (OutcomeExecuted) or the stored one (OutcomeReplayed).
 	Response []byte
-	// Epoch is the claim's epoch (Executed) or the epoch that completed the
-	// record (Replayed), for logs and tests.
+	// Epoch is the claim's epoch (OutcomeExecuted) or the epoch that completed the
+	// record (OutcomeReplayed), for logs and tests.
 	Epoch int64
-	// RetryAfter is how long the current lease has left (InFlight, Unknown).
+	// RetryAfter is how long the current lease has left (OutcomeInFlight, OutcomeUnknown).
 	RetryAfter time.Duration
 }
 
 // Sentinel errors, matched with errors.Is.
 var (
-	// ErrInFlight is returned with Outcome InFlight.
+	// ErrInFlight is returned with OutcomeInFlight.
 	ErrInFlight = errors.New("key: request with this key is in flight")
-	// ErrOutcomeUnknown is returned with Outcome Unknown. An operation
+	// ErrOutcomeUnknown is returned with OutcomeUnknown. An operation
 	// returns an error wrapping it (see MarkUnknown) to say that it cannot
 	// tell whether it took effect: the claim is then kept until its lease
 	// ends instead of being released.
 	ErrOutcomeUnknown = errors.New("key: outcome of the first attempt is unknown")
-	// ErrConflict is returned with Outcome Conflict.
+	// ErrConflict is returned with OutcomeConflict.
 	ErrConflict = errors.New("key: key reused with a different request")
-	// ErrUnavailable is returned with Outcome Unavailable, and wraps the
+	// ErrUnavailable is returned with OutcomeUnavailable, and wraps the
 	// store's error.
 	ErrUnavailable = errors.New("key: store unavailable")
 	// ErrInvalidScope is returned when a Scope fails Validate; nothing is

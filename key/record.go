@@ -46,10 +46,10 @@ func (h *held) settle() {
 // localClaims is the set of keys this process holds, by store key. The
 // store's lease protects a key across processes; this set protects it in
 // the process even when the store cannot answer: while the operation runs,
-// a duplicate here is told InFlight without a claim (it only reads the
+// a duplicate here is told OutcomeInFlight without a claim (it only reads the
 // record, to see whether the operation has just been settled), and while
 // its outcome waits to be recorded, a duplicate first tries to record it
-// and is refused (Unavailable) until that succeeds. So a store outage
+// and is refused (OutcomeUnavailable) until that succeeds. So a store outage
 // longer than the lease cannot let a retry to this process run the
 // operation again.
 type localClaims struct {
@@ -82,7 +82,7 @@ func (l *localClaims) drop(c *claim) {
 
 // check decides a claim for key locally when this process holds it with the
 // same fingerprint (another fingerprint goes to the store, which answers
-// Conflict). decided=false means ask the store.
+// OutcomeConflict). decided=false means ask the store.
 func (g *Guard) checkLocal(ctx context.Context, key string, fp Fingerprint) (res Result, err error, decided bool) {
 	l := &g.local
 	v, ok := l.m.Load(key)
@@ -104,7 +104,7 @@ func (g *Guard) checkLocal(ctx context.Context, key string, fp Fingerprint) (res
 		if err == nil && (rec.State != store.StateProcessing || rec.Epoch != h.fence.Epoch || rec.Owner != h.fence.Owner) {
 			return Result{}, nil, false // settled meanwhile: the store answers
 		}
-		return Result{Outcome: InFlight, RetryAfter: max(time.Until(until), 0)}, ErrInFlight, true
+		return Result{Outcome: OutcomeInFlight, RetryAfter: max(time.Until(until), 0)}, ErrInFlight, true
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -113,14 +113,14 @@ func (g *Guard) checkLocal(ctx context.Context, key string, fp Fingerprint) (res
 	}
 	// The outcome waits to be recorded: this retry tries first, so that
 	// the store's next answer is the recorded outcome (a replay, or
-	// Unknown), never a second run.
+	// OutcomeUnknown), never a second run.
 	switch err := h.write(ctx); {
 	case err == nil:
 		g.cfg.Logger.InfoContext(ctx, "key: outcome recorded after the store recovered (by a retry)")
 	case errors.Is(err, store.ErrFenced):
 		g.cfg.Logger.WarnContext(ctx, "key: outcome not recorded by a retry: it landed earlier, or the key was taken over meanwhile")
 	default:
-		return Result{Outcome: Unavailable}, fmt.Errorf("%w: %w: recording the first attempt's outcome: %w", ErrUnavailable, ErrRecording, err), true
+		return Result{Outcome: OutcomeUnavailable}, fmt.Errorf("%w: %w: recording the first attempt's outcome: %w", ErrUnavailable, ErrRecording, err), true
 	}
 	h.settle()
 	l.m.CompareAndDelete(key, h)

@@ -56,7 +56,7 @@ func TestOutageDuringOperationRecordsAfterRecovery(t *testing.T) {
 			return []byte("charged"), nil
 		}
 		res, err := g.Do(t.Context(), request("a"), op)
-		if res.Outcome != key.Executed || string(res.Response) != "charged" ||
+		if res.Outcome != key.OutcomeExecuted || string(res.Response) != "charged" ||
 			!errors.Is(err, key.ErrUnavailable) || !errors.Is(err, key.ErrRecording) {
 			t.Fatalf("first: %v %q %v, want Executed with ErrUnavailable and ErrRecording", res.Outcome, res.Response, err)
 		}
@@ -64,7 +64,7 @@ func TestOutageDuringOperationRecordsAfterRecovery(t *testing.T) {
 			t.Fatalf("Recording() = %d, want 1", g.Recording())
 		}
 		time.Sleep(5 * time.Second) // the outage outlasts the lease
-		if res, err := g.Do(t.Context(), request("a"), op); res.Outcome != key.Unavailable || !errors.Is(err, key.ErrUnavailable) {
+		if res, err := g.Do(t.Context(), request("a"), op); res.Outcome != key.OutcomeUnavailable || !errors.Is(err, key.ErrUnavailable) {
 			t.Fatalf("retry during the outage: %v %v, want Unavailable", res.Outcome, err)
 		}
 		o.down.Store(false)
@@ -75,7 +75,7 @@ func TestOutageDuringOperationRecordsAfterRecovery(t *testing.T) {
 		}
 		for _, gg := range []*key.Guard{other, g} {
 			res, err := gg.Do(t.Context(), request("a"), op)
-			if res.Outcome != key.Replayed || string(res.Response) != "charged" || err != nil {
+			if res.Outcome != key.OutcomeReplayed || string(res.Response) != "charged" || err != nil {
 				t.Fatalf("retry after recovery: %v %q %v, want the replay", res.Outcome, res.Response, err)
 			}
 		}
@@ -105,7 +105,7 @@ func TestRetryRecordsPendingOutcomeFirst(t *testing.T) {
 		time.Sleep(3 * time.Second) // the backoff has grown to a second
 		o.down.Store(false)
 		res, err := g.Do(t.Context(), request("a"), op) // before the next background attempt
-		if res.Outcome != key.Replayed || string(res.Response) != "charged" || err != nil {
+		if res.Outcome != key.OutcomeReplayed || string(res.Response) != "charged" || err != nil {
 			t.Fatalf("retry: %v %q %v, want the replay", res.Outcome, res.Response, err)
 		}
 		if n := runs.Load(); n != 1 {
@@ -141,12 +141,12 @@ func TestDuplicateInProcessIsInFlightWithoutStore(t *testing.T) {
 		t.Error("the duplicate ran")
 		return nil, nil
 	})
-	if res.Outcome != key.InFlight || !errors.Is(err, key.ErrInFlight) || o.Calls(fault.Claim) != claims {
+	if res.Outcome != key.OutcomeInFlight || !errors.Is(err, key.ErrInFlight) || o.Calls(fault.Claim) != claims {
 		t.Fatalf("duplicate: %v %v (claims %d→%d), want InFlight without a store call", res.Outcome, err, claims, o.Calls(fault.Claim))
 	}
 	// Other content under the same key is still the store's to judge.
 	o.down.Store(false)
-	if res, err := g.Do(t.Context(), request("b"), nil); res.Outcome != key.Conflict || !errors.Is(err, key.ErrConflict) {
+	if res, err := g.Do(t.Context(), request("b"), nil); res.Outcome != key.OutcomeConflict || !errors.Is(err, key.ErrConflict) {
 		t.Fatalf("other body: %v %v, want Conflict", res.Outcome, err)
 	}
 	close(finish)
@@ -173,11 +173,11 @@ func TestUnknownHoldOutlastsLease(t *testing.T) {
 		}
 		time.Sleep(5 * time.Second) // past the lease, inside the hold
 		res, err := g.Do(t.Context(), request("a"), lost)
-		if res.Outcome != key.Unknown || !errors.Is(err, key.ErrOutcomeUnknown) || res.RetryAfter <= 4*time.Second {
+		if res.Outcome != key.OutcomeUnknown || !errors.Is(err, key.ErrOutcomeUnknown) || res.RetryAfter <= 4*time.Second {
 			t.Fatalf("inside the hold: %v %v retry after %v, want Unknown with ~5s left", res.Outcome, err, res.RetryAfter)
 		}
 		time.Sleep(6 * time.Second)
-		if res, _ := g.Do(t.Context(), request("a"), lost); res.Outcome != key.Executed {
+		if res, _ := g.Do(t.Context(), request("a"), lost); res.Outcome != key.OutcomeExecuted {
 			t.Fatalf("after the hold: %v, want Executed", res.Outcome)
 		}
 		if n := runs.Load(); n != 2 {
@@ -211,7 +211,7 @@ func TestUnknownMarkRecordedAfterOutage(t *testing.T) {
 			t.Fatalf("Recording() = %d, want 0", g.Recording())
 		}
 		res, err := other.Do(t.Context(), request("a"), lost)
-		if res.Outcome != key.Unknown || !errors.Is(err, key.ErrOutcomeUnknown) {
+		if res.Outcome != key.OutcomeUnknown || !errors.Is(err, key.ErrOutcomeUnknown) {
 			t.Fatalf("other process: %v %v, want Unknown (held)", res.Outcome, err)
 		}
 		if n := runs.Load(); n != 1 {

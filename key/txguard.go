@@ -37,7 +37,7 @@ func (e opError) Error() string { return e.err.Error() }
 
 // DoTx is Do with fn running inside a transaction: fn's writes through tx
 // and the stored response commit together. Outcomes and errors are Do's,
-// with one difference: whenever DoTx returns an error with Outcome Executed,
+// with one difference: whenever DoTx returns an error with OutcomeExecuted,
 // fn's writes were rolled back (or, if the commit's answer was lost and the
 // record could not be read back, their fate is unknown and the key stays
 // claimed until its lease ends; the error then wraps ErrUnavailable).

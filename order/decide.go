@@ -26,37 +26,37 @@ type Incoming struct {
 type Action uint8
 
 const (
-	// Apply: apply the event, then the Released parked events, in order.
-	Apply Action = iota + 1
-	// Park: keep the event (Delta) until the gap before it fills.
-	Park
-	// Duplicate: the sequence was already applied or parked; drop it,
+	// ActionApply: apply the event, then the Released parked events, in order.
+	ActionApply Action = iota + 1
+	// ActionPark: keep the event (ModeDelta) until the gap before it fills.
+	ActionPark
+	// ActionDuplicate: the sequence was already applied or parked; drop it,
 	// acknowledge it.
-	Duplicate
-	// Stale: an older snapshot than the one applied; drop it, acknowledge it.
-	Stale
-	// Superseded: the event belongs to an execution older than the one the
+	ActionDuplicate
+	// ActionStale: an older snapshot than the one applied; drop it, acknowledge it.
+	ActionStale
+	// ActionSuperseded: the event belongs to an execution older than the one the
 	// stream follows; drop it, acknowledge it.
-	Superseded
-	// Compensate: returned by Compensated; the gap's facts were brought in by
+	ActionSuperseded
+	// ActionCompensate: returned by Compensated; the gap's facts were brought in by
 	// the caller, then the Released parked events apply, in order.
-	Compensate
+	ActionCompensate
 )
 
 // String returns the action's name in lower case.
 func (a Action) String() string {
 	switch a {
-	case Apply:
+	case ActionApply:
 		return "apply"
-	case Park:
+	case ActionPark:
 		return "park"
-	case Duplicate:
+	case ActionDuplicate:
 		return "duplicate"
-	case Stale:
+	case ActionStale:
 		return "stale"
-	case Superseded:
+	case ActionSuperseded:
 		return "superseded"
-	case Compensate:
+	case ActionCompensate:
 		return "compensate"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
@@ -66,7 +66,7 @@ func (a Action) String() string {
 // error: duplicates and stale events are normal at-least-once traffic.
 type Decision struct {
 	Action Action
-	// Sequence is the event's sequence (for Compensate: the gap's To).
+	// Sequence is the event's sequence (for ActionCompensate: the gap's To).
 	Sequence int64
 	// Reset is true when the event came from a newer execution: the stream
 	// was started afresh before deciding it. The projection must follow the
@@ -76,10 +76,10 @@ type Decision struct {
 	// Reset threw away (the store deletes their payloads).
 	Discarded []int64
 	// Released are parked sequences that became applicable, in the order to
-	// apply them, after the event (Apply) or the gap (Compensate).
+	// apply them, after the event (ActionApply) or the gap (ActionCompensate).
 	Released []int64
 	// Gap is the run of sequences this event revealed as missing, or nil.
-	// Snapshot: reported only (the snapshot holds the facts). Delta: also
+	// ModeSnapshot: reported only (the snapshot holds the facts). ModeDelta: also
 	// recorded in Next.Gaps until it fills.
 	Gap *Gap
 	// Next is the stream after the decision. It shares no memory with the
@@ -88,12 +88,12 @@ type Decision struct {
 }
 
 // Applied returns the sequences to apply, in order: the event's own (for
-// Apply) followed by Released. Empty for every other action.
+// ActionApply) followed by Released. Empty for every other action.
 func (d Decision) Applied() []int64 {
 	switch d.Action {
-	case Apply:
+	case ActionApply:
 		return append([]int64{d.Sequence}, d.Released...)
-	case Compensate:
+	case ActionCompensate:
 		return slices.Clone(d.Released)
 	}
 	return nil
@@ -106,9 +106,9 @@ func (d Decision) Applied() []int64 {
 //
 // Errors (nothing decided, s unchanged): ErrBadMode, ErrBadConfig,
 // ErrBadStream, ErrBadExecution, ErrBadSequence, ErrExecutionConflict and
-// (Delta) ErrParkedLimit.
+// (ModeDelta) ErrParkedLimit.
 func Decide(mode Mode, s Stream, ev Incoming, cfg *Config) (Decision, error) {
-	if mode != Snapshot && mode != Delta {
+	if mode != ModeSnapshot && mode != ModeDelta {
 		return Decision{}, fmt.Errorf("%w: %d", ErrBadMode, uint8(mode))
 	}
 	if err := cfg.validate(); err != nil {
@@ -117,7 +117,7 @@ func Decide(mode Mode, s Stream, ev Incoming, cfg *Config) (Decision, error) {
 	if err := s.Validate(); err != nil {
 		return Decision{}, err
 	}
-	if mode == Snapshot && len(s.Parked) > 0 {
+	if mode == ModeSnapshot && len(s.Parked) > 0 {
 		return Decision{}, fmt.Errorf("%w: parked sequences in a snapshot stream", ErrBadStream)
 	}
 	if ev.Execution == "" || ev.ExecutionSeq < 1 {
@@ -130,7 +130,7 @@ func Decide(mode Mode, s Stream, ev Incoming, cfg *Config) (Decision, error) {
 	d := Decision{Sequence: ev.Sequence}
 	switch {
 	case ev.ExecutionSeq < s.ExecutionSeq:
-		d.Action, d.Next = Superseded, s.clone()
+		d.Action, d.Next = ActionSuperseded, s.clone()
 		return d, nil
 	case ev.ExecutionSeq == s.ExecutionSeq && ev.Execution != s.Execution:
 		return Decision{}, fmt.Errorf("%w: %q and %q both rank %d", ErrExecutionConflict, s.Execution, ev.Execution, ev.ExecutionSeq)
@@ -142,7 +142,7 @@ func Decide(mode Mode, s Stream, ev Incoming, cfg *Config) (Decision, error) {
 		s = s.clone()
 	}
 
-	if mode == Snapshot {
+	if mode == ModeSnapshot {
 		return decideSnapshot(d, s, ev), nil
 	}
 	return decideDelta(d, s, ev, cfg.maxParked())
@@ -151,14 +151,14 @@ func Decide(mode Mode, s Stream, ev Incoming, cfg *Config) (Decision, error) {
 func decideSnapshot(d Decision, s Stream, ev Incoming) Decision {
 	switch {
 	case ev.Sequence == s.Applied:
-		d.Action = Duplicate
+		d.Action = ActionDuplicate
 	case ev.Sequence < s.Applied:
-		d.Action = Stale
+		d.Action = ActionStale
 	default:
 		if ev.Sequence-1 > s.Applied {
 			d.Gap = &Gap{From: s.Applied + 1, To: ev.Sequence - 1, FirstSeen: ev.At}
 		}
-		d.Action = Apply
+		d.Action = ActionApply
 		s.Applied = ev.Sequence
 	}
 	d.Next = s
@@ -168,16 +168,16 @@ func decideSnapshot(d Decision, s Stream, ev Incoming) Decision {
 func decideDelta(d Decision, s Stream, ev Incoming, maxParked int) (Decision, error) {
 	seq := ev.Sequence
 	if seq <= s.Applied {
-		d.Action, d.Next = Duplicate, s
+		d.Action, d.Next = ActionDuplicate, s
 		return d, nil
 	}
 	i, found := slices.BinarySearch(s.Parked, seq)
 	if found {
-		d.Action, d.Next = Duplicate, s
+		d.Action, d.Next = ActionDuplicate, s
 		return d, nil
 	}
 	if seq-1 == s.Applied {
-		d.Action = Apply
+		d.Action = ActionApply
 		s.Applied = seq
 		n := 0
 		for n < len(s.Parked) && s.Parked[n]-1 == s.Applied {
@@ -190,7 +190,7 @@ func decideDelta(d Decision, s Stream, ev Incoming, maxParked int) (Decision, er
 		if len(s.Parked) >= maxParked {
 			return Decision{}, fmt.Errorf("%w: %d parked, sequence %d after %d", ErrParkedLimit, len(s.Parked), seq, s.Applied)
 		}
-		d.Action = Park
+		d.Action = ActionPark
 		s.Parked = slices.Insert(s.Parked, i, seq)
 		// The run just below seq that is now missing: it starts after the
 		// previous parked (or applied) sequence.
@@ -237,10 +237,10 @@ func Overdue(s Stream, now time.Time, deadline time.Duration) []Gap {
 // g into the projection by other means (it refetched the missing events, or
 // the source's state as of g.To), in the same transaction as the returned
 // Next. g must start the stream's first open gap (g.From == Applied+1) and
-// may end before it (a partial refetch). The Decision is Compensate with
+// may end before it (a partial refetch). The Decision is ActionCompensate with
 // Sequence g.To and the parked sequences that now apply in Released.
 //
-// This is the only way a Delta stream moves past a sequence it never
+// This is the only way a ModeDelta stream moves past a sequence it never
 // received, and only because the caller vouches for the facts: a delta is
 // never skipped silently.
 func Compensated(s Stream, g Gap) (Decision, error) {
@@ -251,7 +251,7 @@ func Compensated(s Stream, g Gap) (Decision, error) {
 		return Decision{}, fmt.Errorf("%w: %d..%d", ErrUnknownGap, g.From, g.To)
 	}
 	s = s.clone()
-	d := Decision{Action: Compensate, Sequence: g.To}
+	d := Decision{Action: ActionCompensate, Sequence: g.To}
 	s.Applied = g.To
 	n := 0
 	for n < len(s.Parked) && s.Parked[n]-1 == s.Applied {

@@ -30,34 +30,34 @@ func TestDecideEdgeCases(t *testing.T) {
 		gap      *Gap
 		nextPark []int64
 	}{
-		{name: "SequenceZero", mode: Delta, s: base, ev: at(0), err: ErrBadSequence},
-		{name: "SequenceNegative", mode: Snapshot, s: base, ev: at(-1), err: ErrBadSequence},
-		{name: "SequenceMinInt64", mode: Delta, s: base, ev: at(math.MinInt64), err: ErrBadSequence},
-		{name: "NoExecution", mode: Delta, s: base, ev: Incoming{ExecutionSeq: 1, Sequence: 1}, err: ErrBadExecution},
-		{name: "ExecutionSeqZero", mode: Delta, s: base, ev: Incoming{Execution: "e1", Sequence: 1}, err: ErrBadExecution},
-		{name: "SameRankOtherExecution", mode: Delta, s: base, ev: Incoming{Execution: "e2", ExecutionSeq: 1, Sequence: 4}, err: ErrExecutionConflict},
+		{name: "SequenceZero", mode: ModeDelta, s: base, ev: at(0), err: ErrBadSequence},
+		{name: "SequenceNegative", mode: ModeSnapshot, s: base, ev: at(-1), err: ErrBadSequence},
+		{name: "SequenceMinInt64", mode: ModeDelta, s: base, ev: at(math.MinInt64), err: ErrBadSequence},
+		{name: "NoExecution", mode: ModeDelta, s: base, ev: Incoming{ExecutionSeq: 1, Sequence: 1}, err: ErrBadExecution},
+		{name: "ExecutionSeqZero", mode: ModeDelta, s: base, ev: Incoming{Execution: "e1", Sequence: 1}, err: ErrBadExecution},
+		{name: "SameRankOtherExecution", mode: ModeDelta, s: base, ev: Incoming{Execution: "e2", ExecutionSeq: 1, Sequence: 4}, err: ErrExecutionConflict},
 		{name: "BadMode", mode: 0, s: base, ev: at(4), err: ErrBadMode},
-		{name: "BadConfig", mode: Delta, s: base, ev: at(4), cfg: &Config{MaxParked: -1}, err: ErrBadConfig},
-		{name: "BadStream", mode: Delta, s: Stream{Execution: "e1", ExecutionSeq: 1, Applied: 3, Parked: []int64{4}}, ev: at(5), err: ErrBadStream},
-		{name: "ParkedInSnapshotStream", mode: Snapshot, s: parked, ev: at(10), err: ErrBadStream},
-		{name: "SnapshotMaxInt64", mode: Snapshot, s: base, ev: at(math.MaxInt64), action: Apply,
+		{name: "BadConfig", mode: ModeDelta, s: base, ev: at(4), cfg: &Config{MaxParked: -1}, err: ErrBadConfig},
+		{name: "BadStream", mode: ModeDelta, s: Stream{Execution: "e1", ExecutionSeq: 1, Applied: 3, Parked: []int64{4}}, ev: at(5), err: ErrBadStream},
+		{name: "ParkedInSnapshotStream", mode: ModeSnapshot, s: parked, ev: at(10), err: ErrBadStream},
+		{name: "SnapshotMaxInt64", mode: ModeSnapshot, s: base, ev: at(math.MaxInt64), action: ActionApply,
 			applied: []int64{math.MaxInt64}, gap: &Gap{From: 4, To: math.MaxInt64 - 1, FirstSeen: t0}},
-		{name: "SnapshotAtMaxInt64Duplicate", mode: Snapshot, s: Stream{Execution: "e1", ExecutionSeq: 1, Applied: math.MaxInt64}, ev: at(math.MaxInt64), action: Duplicate},
-		{name: "DeltaMaxInt64Parks", mode: Delta, s: base, ev: at(math.MaxInt64), action: Park,
+		{name: "SnapshotAtMaxInt64Duplicate", mode: ModeSnapshot, s: Stream{Execution: "e1", ExecutionSeq: 1, Applied: math.MaxInt64}, ev: at(math.MaxInt64), action: ActionDuplicate},
+		{name: "DeltaMaxInt64Parks", mode: ModeDelta, s: base, ev: at(math.MaxInt64), action: ActionPark,
 			gap: &Gap{From: 4, To: math.MaxInt64 - 1, FirstSeen: t0}, nextPark: []int64{math.MaxInt64}},
-		{name: "DeltaAtMaxInt64Duplicate", mode: Delta, s: Stream{Execution: "e1", ExecutionSeq: 1, Applied: math.MaxInt64}, ev: at(math.MaxInt64), action: Duplicate},
-		{name: "DeltaNext", mode: Delta, s: base, ev: at(4), action: Apply, applied: []int64{4}},
-		{name: "DeltaAlreadyApplied", mode: Delta, s: base, ev: at(3), action: Duplicate},
-		{name: "DeltaDuplicateParked", mode: Delta, s: parked, ev: at(9), action: Duplicate, nextPark: []int64{5, 9}},
-		{name: "DeltaFillReleases", mode: Delta, s: parked, ev: at(4), action: Apply, applied: []int64{4, 5}, nextPark: []int64{9}},
-		{name: "DeltaSplitGapKeepsFirstSeen", mode: Delta, s: parked, ev: Incoming{Execution: "e1", ExecutionSeq: 1, Sequence: 7, At: t0.Add(time.Hour)},
-			action: Park, gap: &Gap{From: 6, To: 6, FirstSeen: t0.Add(time.Second)}, nextPark: []int64{5, 7, 9}},
-		{name: "DeltaLimitExceeded", mode: Delta, s: parked, ev: at(12), cfg: &Config{MaxParked: 2}, err: ErrParkedLimit},
-		{name: "DeltaLimitNotHitByApply", mode: Delta, s: parked, ev: at(4), cfg: &Config{MaxParked: 2}, action: Apply, applied: []int64{4, 5}, nextPark: []int64{9}},
-		{name: "DeltaLimitNotHitByDuplicate", mode: Delta, s: parked, ev: at(5), cfg: &Config{MaxParked: 2}, action: Duplicate, nextPark: []int64{5, 9}},
-		{name: "OlderExecution", mode: Delta, s: Stream{Execution: "e2", ExecutionSeq: 2, Applied: 1}, ev: at(2), action: Superseded},
-		{name: "SnapshotStale", mode: Snapshot, s: base, ev: at(2), action: Stale},
-		{name: "SnapshotDuplicate", mode: Snapshot, s: base, ev: at(3), action: Duplicate},
+		{name: "DeltaAtMaxInt64Duplicate", mode: ModeDelta, s: Stream{Execution: "e1", ExecutionSeq: 1, Applied: math.MaxInt64}, ev: at(math.MaxInt64), action: ActionDuplicate},
+		{name: "DeltaNext", mode: ModeDelta, s: base, ev: at(4), action: ActionApply, applied: []int64{4}},
+		{name: "DeltaAlreadyApplied", mode: ModeDelta, s: base, ev: at(3), action: ActionDuplicate},
+		{name: "DeltaDuplicateParked", mode: ModeDelta, s: parked, ev: at(9), action: ActionDuplicate, nextPark: []int64{5, 9}},
+		{name: "DeltaFillReleases", mode: ModeDelta, s: parked, ev: at(4), action: ActionApply, applied: []int64{4, 5}, nextPark: []int64{9}},
+		{name: "DeltaSplitGapKeepsFirstSeen", mode: ModeDelta, s: parked, ev: Incoming{Execution: "e1", ExecutionSeq: 1, Sequence: 7, At: t0.Add(time.Hour)},
+			action: ActionPark, gap: &Gap{From: 6, To: 6, FirstSeen: t0.Add(time.Second)}, nextPark: []int64{5, 7, 9}},
+		{name: "DeltaLimitExceeded", mode: ModeDelta, s: parked, ev: at(12), cfg: &Config{MaxParked: 2}, err: ErrParkedLimit},
+		{name: "DeltaLimitNotHitByApply", mode: ModeDelta, s: parked, ev: at(4), cfg: &Config{MaxParked: 2}, action: ActionApply, applied: []int64{4, 5}, nextPark: []int64{9}},
+		{name: "DeltaLimitNotHitByDuplicate", mode: ModeDelta, s: parked, ev: at(5), cfg: &Config{MaxParked: 2}, action: ActionDuplicate, nextPark: []int64{5, 9}},
+		{name: "OlderExecution", mode: ModeDelta, s: Stream{Execution: "e2", ExecutionSeq: 2, Applied: 1}, ev: at(2), action: ActionSuperseded},
+		{name: "SnapshotStale", mode: ModeSnapshot, s: base, ev: at(2), action: ActionStale},
+		{name: "SnapshotDuplicate", mode: ModeSnapshot, s: base, ev: at(3), action: ActionDuplicate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,17 +92,17 @@ func TestDecideEdgeCases(t *testing.T) {
 func TestNewExecutionResets(t *testing.T) {
 	t.Parallel()
 	old := Stream{Execution: "e1", ExecutionSeq: 1, Applied: 3, Parked: []int64{5}, Gaps: []Gap{{From: 4, To: 4, FirstSeen: t0}}}
-	d, err := Decide(Delta, old, Incoming{Execution: "e2", ExecutionSeq: 2, Sequence: 1, At: t0}, nil)
+	d, err := Decide(ModeDelta, old, Incoming{Execution: "e2", ExecutionSeq: 2, Sequence: 1, At: t0}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !d.Reset || !slices.Equal(d.Discarded, []int64{5}) || d.Action != Apply ||
+	if !d.Reset || !slices.Equal(d.Discarded, []int64{5}) || d.Action != ActionApply ||
 		!equal(d.Next, Stream{Execution: "e2", ExecutionSeq: 2, Applied: 1}) {
 		t.Fatalf("got %+v", d)
 	}
 	// A late event of the first run never applies after the rerun.
-	late, err := Decide(Delta, d.Next, Incoming{Execution: "e1", ExecutionSeq: 1, Sequence: 4, At: t0}, nil)
-	if err != nil || late.Action != Superseded || !equal(late.Next, d.Next) {
+	late, err := Decide(ModeDelta, d.Next, Incoming{Execution: "e1", ExecutionSeq: 1, Sequence: 4, At: t0}, nil)
+	if err != nil || late.Action != ActionSuperseded || !equal(late.Next, d.Next) {
 		t.Fatalf("late old event: %v %+v", err, late)
 	}
 }
@@ -161,13 +161,13 @@ func TestHalted(t *testing.T) {
 	s := Stream{Execution: "x", ExecutionSeq: 1, Applied: 6}
 	// 8, 9 and 11 parked behind 7; then 7 arrives and releases 8 and 9.
 	for _, seq := range []int64{8, 9, 11} {
-		d, err := Decide(Delta, s, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: seq, At: t0}, nil)
+		d, err := Decide(ModeDelta, s, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: seq, At: t0}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s = d.Next
 	}
-	d, err := Decide(Delta, s, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: 7, At: t0.Add(time.Minute)}, nil)
+	d, err := Decide(ModeDelta, s, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: 7, At: t0.Add(time.Minute)}, nil)
 	if err != nil || !slices.Equal(d.Applied(), []int64{7, 8, 9}) {
 		t.Fatalf("Decide(7) = %v, %v", d.Applied(), err)
 	}
@@ -189,7 +189,7 @@ func TestHalted(t *testing.T) {
 		t.Fatalf("Halted(7) = %+v, %v", got, err)
 	}
 	// The last applied failed with nothing behind: no gap to hold.
-	d2, _ := Decide(Delta, Stream{Execution: "x", ExecutionSeq: 1, Applied: 2}, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: 3, At: t0}, nil)
+	d2, _ := Decide(ModeDelta, Stream{Execution: "x", ExecutionSeq: 1, Applied: 2}, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: 3, At: t0}, nil)
 	got, err = d2.Halted(3, at)
 	if err != nil || got.Applied != 2 || got.Parked != nil || got.Gaps != nil {
 		t.Fatalf("Halted(3) = %+v, %v", got, err)
@@ -199,7 +199,7 @@ func TestHalted(t *testing.T) {
 	}
 	// Filling the halted gap releases the rest, in order.
 	got, _ = d.Halted(8, at)
-	d3, err := Decide(Delta, got, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: 8, At: at}, nil)
+	d3, err := Decide(ModeDelta, got, Incoming{Execution: "x", ExecutionSeq: 1, Sequence: 8, At: at}, nil)
 	if err != nil || !slices.Equal(d3.Applied(), []int64{8, 9}) || d3.Next.Applied != 9 {
 		t.Fatalf("refill: %v %+v %v", d3.Applied(), d3.Next, err)
 	}

@@ -16,31 +16,31 @@
 //
 //   - ev.ExecutionSeq > stream's: the stream starts afresh (Decision.Reset,
 //     old parked sequences in Decision.Discarded), then ev is decided.
-//   - ev.ExecutionSeq < stream's: Superseded; it never overwrites the newer
+//   - ev.ExecutionSeq < stream's: ActionSuperseded; it never overwrites the newer
 //     execution, whatever its sequence.
 //   - equal rank, other Execution ID: ErrExecutionConflict.
 //
-// # Snapshot mode
+// # ModeSnapshot mode
 //
 // Each event carries the whole state, so the newest wins:
 //
-//	seq >  Applied   → Apply (Applied = seq); if seq > Applied+1 the skipped
+//	seq >  Applied   → ActionApply (Applied = seq); if seq > Applied+1 the skipped
 //	                   run is reported as Decision.Gap (not kept: the snapshot
 //	                   already holds its facts)
-//	seq == Applied   → Duplicate
-//	seq <  Applied   → Stale
+//	seq == Applied   → ActionDuplicate
+//	seq <  Applied   → ActionStale
 //
-// # Delta mode
+// # ModeDelta mode
 //
 // Each event carries a change that must be applied once, in order:
 //
-//	seq == Applied+1      → Apply, then Released: the parked successors
+//	seq == Applied+1      → ActionApply, then Released: the parked successors
 //	                        Applied+2, Applied+3, ... that are now contiguous
-//	seq >  Applied+1      → Park (held in Parked; the run missing just below
+//	seq >  Applied+1      → ActionPark (held in Parked; the run missing just below
 //	                        it is Decision.Gap and is kept in Gaps with the
 //	                        FirstSeen of its discovery)
-//	seq <= Applied        → Duplicate
-//	seq already parked    → Duplicate
+//	seq <= Applied        → ActionDuplicate
+//	seq already parked    → ActionDuplicate
 //	parking past MaxParked → ErrParkedLimit (nothing decided)
 //
 // Overdue lists the gaps older than a deadline; the caller's compensation
@@ -51,9 +51,9 @@
 //
 //   - Per stream and execution, applied sequences strictly increase; Applied
 //     never goes backwards except by a Reset to a newer execution.
-//   - Delta: the applied sequences are exactly 1..Applied, each once, in
+//   - ModeDelta: the applied sequences are exactly 1..Applied, each once, in
 //     order (received, released, or compensated); no delta is skipped.
-//   - Delta: every sequence above Applied that was received is parked until
+//   - ModeDelta: every sequence above Applied that was received is parked until
 //     the gap before it fills or is compensated; gaps are reported when
 //     they open and stay in Stream.Gaps until then.
 //   - Parked is bounded by Config.MaxParked, so a Stream row stays small.

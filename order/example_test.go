@@ -37,10 +37,10 @@ func Example() {
 	late := []order.Incoming{ev(8), ev(7), ev(7)} // 7 is redelivered too
 
 	// Snapshot events: the projection keeps SHIPPED, records gap 7, drops 7.
-	run(order.Snapshot, late, map[int64]string{7: "PAID", 8: "SHIPPED"})
+	run(order.ModeSnapshot, late, map[int64]string{7: "PAID", 8: "SHIPPED"})
 
 	// Delta events: 8 waits for 7, then both apply; nothing is lost.
-	run(order.Delta, late, map[int64]string{7: "+10 paid", 8: "+0 shipped"})
+	run(order.ModeDelta, late, map[int64]string{7: "+10 paid", 8: "+0 shipped"})
 	// Output:
 	// snapshot: seq 8 "SHIPPED" -> apply, gap 7..7, apply [8]
 	// snapshot: seq 7 "PAID" -> stale
@@ -57,7 +57,7 @@ func Example() {
 func ExampleCompensated() {
 	t0 := time.Date(2026, 10, 2, 12, 0, 0, 0, time.UTC)
 	s := order.Stream{Execution: "exec-1", ExecutionSeq: 1, Applied: 6}
-	d, _ := order.Decide(order.Delta, s, order.Incoming{Execution: "exec-1", ExecutionSeq: 1, Sequence: 8, At: t0}, nil)
+	d, _ := order.Decide(order.ModeDelta, s, order.Incoming{Execution: "exec-1", ExecutionSeq: 1, Sequence: 8, At: t0}, nil)
 	s = d.Next
 
 	fmt.Println("overdue after 10s:", len(order.Overdue(s, t0.Add(10*time.Second), time.Minute)))

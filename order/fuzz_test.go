@@ -31,9 +31,9 @@ func FuzzDecide(f *testing.F) {
 	f.Add(true, uint8(1), cat(step(1, 0), step(1, -1), step(1, 1<<62), step(1, 1<<63-1)))
 	f.Add(true, uint8(2), cat(step(1, 3), step(2, 2), step(1, 1), step(2, 1), step(3, 5)))
 	f.Fuzz(func(t *testing.T, delta bool, maxParked uint8, history []byte) {
-		mode := Snapshot
+		mode := ModeSnapshot
 		if delta {
-			mode = Delta
+			mode = ModeDelta
 		}
 		cfg := &Config{MaxParked: int(maxParked)}
 		var s Stream
@@ -56,13 +56,13 @@ func FuzzDecide(f *testing.F) {
 			}
 			switch {
 			case rank < s.ExecutionSeq:
-				if d.Action != Superseded || !equal(d.Next, s) {
+				if d.Action != ActionSuperseded || !equal(d.Next, s) {
 					t.Fatalf("older execution applied: %+v", d)
 				}
 			case rank == s.ExecutionSeq && d.Next.Applied < s.Applied:
 				t.Fatalf("went backwards %d -> %d", s.Applied, d.Next.Applied)
 			}
-			if delta && d.Action == Apply {
+			if delta && d.Action == ActionApply {
 				prev := s.Applied
 				if d.Reset {
 					prev = 0

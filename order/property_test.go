@@ -32,7 +32,7 @@ func TestDeltaPermutationAppliesEachOnceInOrder(t *testing.T) {
 		var applied []int64
 		for i, seq := range deliveries(t, n) {
 			ev := Incoming{Execution: "e", ExecutionSeq: 1, Sequence: seq, At: t0.Add(time.Duration(i) * time.Second)}
-			d, err := Decide(Delta, s, ev, &Config{MaxParked: n})
+			d, err := Decide(ModeDelta, s, ev, &Config{MaxParked: n})
 			if err != nil {
 				t.Fatalf("deliver %d: %v", seq, err)
 			}
@@ -66,13 +66,13 @@ func TestSnapshotPermutationNeverGoesBackwards(t *testing.T) {
 		var s Stream
 		last := int64(0)
 		for _, seq := range deliveries(t, n) {
-			d, err := Decide(Snapshot, s, Incoming{Execution: "e", ExecutionSeq: 1, Sequence: seq, At: t0}, nil)
+			d, err := Decide(ModeSnapshot, s, Incoming{Execution: "e", ExecutionSeq: 1, Sequence: seq, At: t0}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			switch {
 			case seq > s.Applied:
-				if d.Action != Apply || seq <= last {
+				if d.Action != ActionApply || seq <= last {
 					t.Fatalf("seq %d after %d: %s", seq, last, d.Action)
 				}
 				last = seq
@@ -80,11 +80,11 @@ func TestSnapshotPermutationNeverGoesBackwards(t *testing.T) {
 					t.Fatalf("seq %d after %d: gap %v", seq, s.Applied, d.Gap)
 				}
 			case seq == s.Applied:
-				if d.Action != Duplicate {
+				if d.Action != ActionDuplicate {
 					t.Fatalf("seq %d again: %s", seq, d.Action)
 				}
 			default:
-				if d.Action != Stale {
+				if d.Action != ActionStale {
 					t.Fatalf("seq %d after %d: %s", seq, s.Applied, d.Action)
 				}
 			}
@@ -123,7 +123,7 @@ func (m *model) parked() []int64 {
 func TestStateMachine(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
-		mode := rapid.SampledFrom([]Mode{Snapshot, Delta}).Draw(t, "mode")
+		mode := rapid.SampledFrom([]Mode{ModeSnapshot, ModeDelta}).Draw(t, "mode")
 		n := rapid.Int64Range(1, 30).Draw(t, "n")
 		limit := rapid.IntRange(1, 10).Draw(t, "maxParked")
 		cfg := &Config{MaxParked: limit}
@@ -145,7 +145,7 @@ func TestStateMachine(t *testing.T) {
 				d, err := Decide(mode, s, ev, cfg)
 
 				if rank < m.rank {
-					if err != nil || d.Action != Superseded || !equal(d.Next, s) {
+					if err != nil || d.Action != ActionSuperseded || !equal(d.Next, s) {
 						t.Fatalf("older execution %d over %d: %v %+v", rank, m.rank, err, d)
 					}
 					return
@@ -165,17 +165,17 @@ func TestStateMachine(t *testing.T) {
 				}
 				prevApplied := next.applied
 				switch mode {
-				case Snapshot:
-					want := Stale
+				case ModeSnapshot:
+					want := ActionStale
 					if seq == next.applied {
-						want = Duplicate
+						want = ActionDuplicate
 					} else if seq > next.applied {
-						want, next.applied = Apply, seq
+						want, next.applied = ActionApply, seq
 					}
 					if err != nil || d.Action != want {
 						t.Fatalf("snapshot seq %d at %d: %v %s, want %s", seq, prevApplied, err, d.Action, want)
 					}
-				case Delta:
+				case ModeDelta:
 					dup := seq <= next.applied || next.received[seq]
 					if !dup && seq > next.applied+1 && len(next.parked()) >= limit {
 						if !errors.Is(err, ErrParkedLimit) {
@@ -187,17 +187,17 @@ func TestStateMachine(t *testing.T) {
 					for next.received[next.applied+1] {
 						next.applied++
 					}
-					want := Park
+					want := ActionPark
 					switch {
 					case dup:
-						want = Duplicate
+						want = ActionDuplicate
 					case seq == prevApplied+1:
-						want = Apply
+						want = ActionApply
 					}
 					if err != nil || d.Action != want {
 						t.Fatalf("delta seq %d at %d: %v %s, want %s", seq, prevApplied, err, d.Action, want)
 					}
-					if got := d.Applied(); want == Apply && !slices.Equal(got, span(prevApplied+1, next.applied)) {
+					if got := d.Applied(); want == ActionApply && !slices.Equal(got, span(prevApplied+1, next.applied)) {
 						t.Fatalf("applied %v, want %d..%d", got, prevApplied+1, next.applied)
 					}
 				}
@@ -207,7 +207,7 @@ func TestStateMachine(t *testing.T) {
 			},
 			"compensate": func(t *rapid.T) {
 				over := Overdue(s, now.Add(time.Minute), time.Minute)
-				if mode == Snapshot || len(over) == 0 {
+				if mode == ModeSnapshot || len(over) == 0 {
 					if len(over) != 0 {
 						t.Fatalf("snapshot stream has gaps %v", over)
 					}

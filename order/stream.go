@@ -23,7 +23,7 @@ var (
 	// the same rank, so neither may be preferred.
 	ErrExecutionConflict = errors.New("order: two executions with the same ExecutionSeq")
 
-	// ErrParkedLimit is returned by Decide in Delta mode when parking the
+	// ErrParkedLimit is returned by Decide in ModeDelta mode when parking the
 	// event would hold more than Config.MaxParked sequences. Nothing is
 	// decided; the caller should not acknowledge the event (let the sender
 	// retry it later) or compensate the oldest gap first.
@@ -41,7 +41,7 @@ var (
 	// Config.
 	ErrBadConfig = errors.New("order: invalid config")
 
-	// ErrBadMode is returned for a Mode other than Snapshot and Delta.
+	// ErrBadMode is returned for a Mode other than ModeSnapshot and ModeDelta.
 	ErrBadMode = errors.New("order: unknown mode")
 )
 
@@ -49,21 +49,21 @@ var (
 type Mode uint8
 
 const (
-	// Snapshot events carry the object's whole state: a newer one replaces
+	// ModeSnapshot events carry the object's whole state: a newer one replaces
 	// everything before it, so older ones are dropped and gaps only
 	// reported.
-	Snapshot Mode = iota + 1
-	// Delta events carry a change ("add 10 to paid"): each must be applied
+	ModeSnapshot Mode = iota + 1
+	// ModeDelta events carry a change ("add 10 to paid"): each must be applied
 	// once, in order, and none may be skipped.
-	Delta
+	ModeDelta
 )
 
 // String returns "snapshot" or "delta".
 func (m Mode) String() string {
 	switch m {
-	case Snapshot:
+	case ModeSnapshot:
 		return "snapshot"
-	case Delta:
+	case ModeDelta:
 		return "delta"
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
@@ -74,7 +74,7 @@ const DefaultMaxParked = 1024
 
 // Config bounds a stream. A nil *Config means the defaults.
 type Config struct {
-	// MaxParked is the most sequences a Delta stream holds after a gap;
+	// MaxParked is the most sequences a ModeDelta stream holds after a gap;
 	// parking one more is refused with ErrParkedLimit. Defaults to
 	// DefaultMaxParked (1024).
 	MaxParked int
@@ -114,7 +114,7 @@ func (g Gap) Len() int64 { return g.To - g.From + 1 }
 //   - ExecutionSeq == 0 means fresh: no Execution, Applied 0, nothing parked.
 //   - Applied >= 0 and only grows within one execution.
 //   - Parked is strictly increasing and Parked[0] > Applied+1 (otherwise it
-//     would have been applied). Snapshot streams never park.
+//     would have been applied). ModeSnapshot streams never park.
 //   - Gaps are exactly the maximal runs of sequences in (Applied,
 //     Parked[last]) that are not parked, in order, with FirstSeen
 //     non-decreasing. No parked sequences, no gaps.
@@ -125,10 +125,10 @@ type Stream struct {
 	ExecutionSeq int64 `json:"execution_seq,omitempty"`
 	// Applied is the highest sequence applied; 0 means none yet.
 	Applied int64 `json:"applied"`
-	// Parked are the Delta sequences received after a gap and held until it
+	// Parked are the ModeDelta sequences received after a gap and held until it
 	// fills. The persisted version keeps their payloads in the store.
 	Parked []int64 `json:"parked,omitempty"`
-	// Gaps are the open gaps before the parked sequences (Delta only).
+	// Gaps are the open gaps before the parked sequences (ModeDelta only).
 	Gaps []Gap `json:"gaps,omitempty"`
 }
 

@@ -40,7 +40,7 @@ func TestSignedCallbacksToAnIdemReceiver(t *testing.T) {
 		n := len(applied)
 		tx.OnRollback(func() { mu.Lock(); applied = applied[:n-1]; mu.Unlock() })
 		return nil
-	}, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+	}, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

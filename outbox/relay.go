@@ -283,7 +283,7 @@ func (r *Relay[TX]) attempt(ctx context.Context, t *Target, in store.Intent) out
 	if t.Events != nil {
 		ev := event.Event{ID: key, Source: t.Events.Source, Type: t.Events.Type, Subject: in.Stream, Sequence: in.Sequence,
 			DataContentType: in.Headers["Content-Type"], Data: in.Body}
-		hdr, body, err := event.ToHTTP(ev, event.Binary)
+		hdr, body, err := event.ToHTTP(ev, event.ModeBinary)
 		if err != nil {
 			return outcome{kind: "dead", message: "building the CloudEvent: " + err.Error()}
 		}

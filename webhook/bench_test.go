@@ -55,7 +55,7 @@ func (g *benchRequests) next(b *testing.B) *http.Request {
 	obj := "o-" + strconv.FormatInt(i%benchObjects, 10)
 	ev := event.Event{ID: "e-" + strconv.FormatInt(i, 10), Source: "https://shop.example/orders", Type: "order.paid",
 		Subject: obj, Sequence: i/benchObjects + 1, DataContentType: "application/json", Data: []byte(`{"add":7}`)}
-	hdr, body, err := event.ToHTTP(ev, event.Binary)
+	hdr, body, err := event.ToHTTP(ev, event.ModeBinary)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX],
 			}
 			return write(ctx, tx, ev.Subject, p.Add)
 		}
-		p, err := inbox.New(open(b), apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+		p, err := inbox.New(open(b), apply, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -80,7 +80,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	p, err := inbox.New(st, apply, &inbox.Config{Mode: order.Delta}) // st: sqlitestore or pgstore
+	p, err := inbox.New(st, apply, &inbox.Config{Mode: order.ModeDelta}) // st: sqlitestore or pgstore
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func Example() {
 		hdr, body, err := event.ToHTTP(event.Event{
 			ID: fmt.Sprintf("o-42/%d", seq), Source: "https://shop.example/orders", Type: "shop.order.changed",
 			Subject: "o-42", Sequence: seq, DataContentType: "application/json", Data: []byte(data),
-		}, event.Binary)
+		}, event.ModeBinary)
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -75,7 +75,7 @@ func newFixture(t *testing.T, tweak func(*inbox.Config, *webhook.Config)) *fixtu
 	now := func() time.Time { return t0 }
 	proj := &projection{paid: map[string]int{}}
 	in := memstore.NewInbox()
-	icfg := &inbox.Config{Mode: order.Delta, Now: now, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	icfg := &inbox.Config{Mode: order.ModeDelta, Now: now, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 	v, err := signature.NewVerifier(signature.SchemeIdem, []string{secret}, &signature.Config{Now: now})
 	if err != nil {
 		t.Fatal(err)
@@ -165,11 +165,11 @@ func TestOutcomes(t *testing.T) {
 		applied []int64
 		paid    int
 	}{
-		{orderEvent("o-1", 1, 10), event.Binary, "processed", []int64{1}, 10},
-		{orderEvent("o-1", 3, 30), event.Structured, "parked", nil, 10},
-		{orderEvent("o-1", 3, 30), event.Binary, "duplicate", nil, 10},
-		{orderEvent("o-1", 2, 20), event.Structured, "processed", []int64{2, 3}, 60},
-		{orderEvent("o-1", 1, 10), event.Binary, "duplicate", nil, 60},
+		{orderEvent("o-1", 1, 10), event.ModeBinary, "processed", []int64{1}, 10},
+		{orderEvent("o-1", 3, 30), event.ModeStructured, "parked", nil, 10},
+		{orderEvent("o-1", 3, 30), event.ModeBinary, "duplicate", nil, 10},
+		{orderEvent("o-1", 2, 20), event.ModeStructured, "processed", []int64{2, 3}, 60},
+		{orderEvent("o-1", 1, 10), event.ModeBinary, "duplicate", nil, 60},
 	} {
 		w := f.send(t, step.ev, step.mode, t0, nil)
 		if w.Code != http.StatusOK {
@@ -191,7 +191,7 @@ func TestDeadLetterIsAcknowledgedWithReason(t *testing.T) {
 	f := newFixture(t, nil)
 	ev := orderEvent("o-1", 1, 0)
 	ev.Data = []byte(`{"add":-5}`)
-	w := f.send(t, ev, event.Binary, t0, nil)
+	w := f.send(t, ev, event.ModeBinary, t0, nil)
 	r := decode(t, w)
 	if w.Code != http.StatusOK || r.Outcome != "dead_lettered" || !strings.Contains(r.Reason, "n >= 0") || len(r.DeadLetters) != 1 {
 		t.Fatalf("status %d, %+v", w.Code, r)
@@ -200,7 +200,7 @@ func TestDeadLetterIsAcknowledgedWithReason(t *testing.T) {
 		t.Fatalf("dead letters %d, paid %d", dead, f.proj.get("o-1"))
 	}
 	// Redelivered: acknowledged, not run, not dead-lettered twice.
-	if r := decode(t, f.send(t, ev, event.Binary, t0, nil)); r.Outcome != "duplicate" {
+	if r := decode(t, f.send(t, ev, event.ModeBinary, t0, nil)); r.Outcome != "duplicate" {
 		t.Fatalf("redelivery: %+v", r)
 	}
 	if _, _, dead := f.in.Len(); dead != 1 {
@@ -234,7 +234,7 @@ func TestRejections(t *testing.T) {
 		{"body too large", event.Event{ID: "x", Source: "https://shop.example/orders", Type: "t", Subject: "o-1", Sequence: 1, DataContentType: "text/plain", Data: bytes.Repeat([]byte("x"), 5000)}, t0, nil, 413, webhook.SlugBodyTooLarge},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := f.send(t, c.ev, event.Binary, c.ts, c.mutate)
+			w := f.send(t, c.ev, event.ModeBinary, c.ts, c.mutate)
 			if w.Code != c.status || problemType(t, w) != c.slug {
 				t.Fatalf("status %d %s; want %d %s", w.Code, w.Body, c.status, c.slug)
 			}
@@ -271,16 +271,16 @@ func TestRejections(t *testing.T) {
 		}
 	})
 	t.Run("backlog full", func(t *testing.T) {
-		if w := f.send(t, orderEvent("o-9", 2, 1), event.Binary, t0, nil); decode(t, w).Outcome != "parked" {
+		if w := f.send(t, orderEvent("o-9", 2, 1), event.ModeBinary, t0, nil); decode(t, w).Outcome != "parked" {
 			t.Fatalf("first park: %s", w.Body)
 		}
-		w := f.send(t, orderEvent("o-9", 3, 1), event.Binary, t0, nil)
+		w := f.send(t, orderEvent("o-9", 3, 1), event.ModeBinary, t0, nil)
 		if w.Code != 503 || w.Header().Get("Retry-After") != "5" || problemType(t, w) != webhook.SlugStreamBacklogFull {
 			t.Fatalf("second park over MaxParked 1: %d %v %s", w.Code, w.Header(), w.Body)
 		}
 		// Not recorded: once the gap fills it is accepted.
-		f.send(t, orderEvent("o-9", 1, 1), event.Binary, t0, nil)
-		if r := decode(t, f.send(t, orderEvent("o-9", 3, 1), event.Binary, t0, nil)); r.Outcome != "processed" {
+		f.send(t, orderEvent("o-9", 1, 1), event.ModeBinary, t0, nil)
+		if r := decode(t, f.send(t, orderEvent("o-9", 3, 1), event.ModeBinary, t0, nil)); r.Outcome != "processed" {
 			t.Fatalf("after the gap filled: %+v", r)
 		}
 	})

@@ -41,7 +41,7 @@ func signedFixture[TX any](t *testing.T, p *inbox.Processor[TX]) *fixture {
 
 func wantUnavailable(t *testing.T, f *fixture, ev event.Event) {
 	t.Helper()
-	w := f.send(t, ev, event.Binary, t0, nil)
+	w := f.send(t, ev, event.ModeBinary, t0, nil)
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || problemType(t, w) != webhook.SlugStoreUnavailable {
 		t.Fatalf("store down: %d %v %s", w.Code, w.Header(), w.Body)
 	}
@@ -68,7 +68,7 @@ func TestStoreDownSQLite(t *testing.T) {
 		p, err := inbox.New(s, func(ctx context.Context, tx *sql.Tx, ev event.Event) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO paid VALUES (?, ?)`, ev.Subject, ev.Sequence)
 			return err
-		}, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+		}, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestStoreDownSQLite(t *testing.T) {
 	db, p = open()
 	defer db.Close()
 	f = signedFixture(t, p)
-	if r := decode(t, f.send(t, orderEvent("o-1", 1, 10), event.Binary, t0, nil)); r.Outcome != "processed" {
+	if r := decode(t, f.send(t, orderEvent("o-1", 1, 10), event.ModeBinary, t0, nil)); r.Outcome != "processed" {
 		t.Fatalf("redelivery after the store came back: %+v", r)
 	}
 	var n int
@@ -108,12 +108,12 @@ func TestStoreDownPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := inbox.New(s, apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+	p, err := inbox.New(s, apply, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := signedFixture(t, p)
-	if r := decode(t, f.send(t, orderEvent("o-1", 1, 10), event.Binary, t0, nil)); r.Outcome != "processed" {
+	if r := decode(t, f.send(t, orderEvent("o-1", 1, 10), event.ModeBinary, t0, nil)); r.Outcome != "processed" {
 		t.Fatalf("first event: %+v", r)
 	}
 	// The server ends every connection of this schema's pool (what a
@@ -126,7 +126,7 @@ func TestStoreDownPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pdown, _ := inbox.New(down, apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+	pdown, _ := inbox.New(down, apply, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
 	fdown := signedFixture(t, pdown)
 	pool.Reset()
 	closed := testdb.Postgres(t)
@@ -135,15 +135,15 @@ func TestStoreDownPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed.Close()
-	pc, _ := inbox.New(cs, apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+	pc, _ := inbox.New(cs, apply, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
 	wantUnavailable(t, signedFixture(t, pc), orderEvent("o-2", 1, 10))
 
 	// After the restart the surviving pool reconnects; the redelivery of an
 	// acknowledged event is a duplicate, a new one runs once.
-	if r := decode(t, fdown.send(t, orderEvent("o-1", 1, 10), event.Binary, t0, nil)); r.Outcome != "duplicate" {
+	if r := decode(t, fdown.send(t, orderEvent("o-1", 1, 10), event.ModeBinary, t0, nil)); r.Outcome != "duplicate" {
 		t.Fatalf("redelivery after the restart: %+v", r)
 	}
-	if r := decode(t, fdown.send(t, orderEvent("o-1", 2, 10), event.Binary, t0, nil)); r.Outcome != "processed" {
+	if r := decode(t, fdown.send(t, orderEvent("o-1", 2, 10), event.ModeBinary, t0, nil)); r.Outcome != "processed" {
 		t.Fatalf("next event after the restart: %+v", r)
 	}
 	var n int

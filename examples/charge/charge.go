@@ -179,9 +179,9 @@ func (c *client) send(ctx context.Context, req chargeRequest) ([]key.Outcome, ke
 		answers = append(answers, res.Outcome)
 		var pause time.Duration
 		switch {
-		case res.Outcome == key.InFlight || res.Outcome == key.Unknown:
+		case res.Outcome == key.OutcomeInFlight || res.Outcome == key.OutcomeUnknown:
 			pause = res.RetryAfter
-		case res.Outcome == key.Unavailable || (res.Outcome == key.Executed && err != nil):
+		case res.Outcome == key.OutcomeUnavailable || (res.Outcome == key.OutcomeExecuted && err != nil):
 			pause = retryPause
 		default:
 			return answers, res, err
@@ -237,7 +237,7 @@ type outcomeCounts map[key.Outcome]int
 // String lists the non-zero counts in the outcomes' order.
 func (c outcomeCounts) String() string {
 	var parts []string
-	for o := key.Executed; o <= key.Unavailable; o++ {
+	for o := key.OutcomeExecuted; o <= key.OutcomeUnavailable; o++ {
 		if c[o] > 0 {
 			parts = append(parts, fmt.Sprintf("%v %d", o, c[o]))
 		}
@@ -282,14 +282,14 @@ func sendTogether(ctx context.Context, c *client, n int, req chargeRequest) toge
 		}
 		rep.Final[a.res.Outcome]++
 		for _, o := range a.outcomes[:max(len(a.outcomes)-1, 0)] {
-			if o == key.Executed {
+			if o == key.OutcomeExecuted {
 				rep.RolledBack++
 			}
 		}
 		if a.err != nil {
 			rep.Errors = append(rep.Errors, a.err)
 		}
-		if a.res.Outcome == key.Executed && a.err == nil && rep.Response == nil {
+		if a.res.Outcome == key.OutcomeExecuted && a.err == nil && rep.Response == nil {
 			rep.Response = a.res.Response
 		}
 	}
@@ -306,8 +306,8 @@ func sendTogether(ctx context.Context, c *client, n int, req chargeRequest) toge
 func (r togetherReport) check(n int) error {
 	var errs []error
 	errs = append(errs, r.Errors...)
-	if r.Final[key.Executed] != 1 {
-		errs = append(errs, fmt.Errorf("%d clients got Executed, want exactly 1", r.Final[key.Executed]))
+	if r.Final[key.OutcomeExecuted] != 1 {
+		errs = append(errs, fmt.Errorf("%d clients got Executed, want exactly 1", r.Final[key.OutcomeExecuted]))
 	}
 	if r.Identical != n {
 		errs = append(errs, fmt.Errorf("%d of %d final responses are byte-identical to the executed one", r.Identical, n))

@@ -84,9 +84,9 @@ func TestCrashAtEachPoint(t *testing.T) {
 		wantAnswers []key.Outcome
 		wantEpoch   int64
 	}{
-		{"AfterClaim", afterClaim, []key.Outcome{key.InFlight, key.Executed}, 2},
-		{"AfterWrite", afterWrite, []key.Outcome{key.InFlight, key.Executed}, 2},
-		{"AfterCommit", afterCommit, []key.Outcome{key.Replayed}, 1},
+		{"AfterClaim", afterClaim, []key.Outcome{key.OutcomeInFlight, key.OutcomeExecuted}, 2},
+		{"AfterWrite", afterWrite, []key.Outcome{key.OutcomeInFlight, key.OutcomeExecuted}, 2},
+		{"AfterCommit", afterCommit, []key.Outcome{key.OutcomeReplayed}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +116,7 @@ func TestCrashAtEachPoint(t *testing.T) {
 				if rep.Ledger != nil {
 					t.Errorf("%s: %v", order, rep.Ledger)
 				}
-				if rep.Replay.Outcome != key.Replayed || !bytes.Equal(rep.Replay.Response, rep.Result.Response) {
+				if rep.Replay.Outcome != key.OutcomeReplayed || !bytes.Equal(rep.Replay.Response, rep.Result.Response) {
 					t.Errorf("%s: further retry got %v %q, want Replayed %q", order, rep.Replay.Outcome, rep.Replay.Response, rep.Result.Response)
 				}
 				if err := rep.check(); err != nil {
@@ -177,7 +177,7 @@ func TestConcurrentRetries(t *testing.T) {
 		if len(rep.Errors) > 0 {
 			t.Fatalf("%s: %v", order, errors.Join(rep.Errors...))
 		}
-		if rep.Final[key.Executed] != 1 || rep.Final[key.Replayed] != n-1 {
+		if rep.Final[key.OutcomeExecuted] != 1 || rep.Final[key.OutcomeReplayed] != n-1 {
 			t.Errorf("%s: final answers %v, want Executed 1, Replayed %d", order, rep.Final, n-1)
 		}
 		if rep.Identical != n {
@@ -276,17 +276,17 @@ func TestChecksCatchBrokenInvariants(t *testing.T) {
 	resp := []byte(`{"charge_id":"ch_1"}`)
 	good := crashReport{
 		Point: afterWrite, Order: "o-1", Fate: "SIGKILL", Killed: true,
-		Answers: []key.Outcome{key.InFlight, key.Executed},
-		Result:  key.Result{Outcome: key.Executed, Epoch: 2, Response: resp},
+		Answers: []key.Outcome{key.OutcomeInFlight, key.OutcomeExecuted},
+		Result:  key.Result{Outcome: key.OutcomeExecuted, Epoch: 2, Response: resp},
 		Rows:    1,
-		Replay:  key.Result{Outcome: key.Replayed, Epoch: 2, Response: resp},
+		Replay:  key.Result{Outcome: key.OutcomeReplayed, Epoch: 2, Response: resp},
 	}
 	if err := good.check(); err != nil {
 		t.Fatalf("good report: %v", err)
 	}
 	crashes := map[string]func(*crashReport){
 		"ChildSurvived": func(r *crashReport) { r.Fate, r.Killed = "exited 3", false },
-		"WrongOutcome":  func(r *crashReport) { r.Result.Outcome = key.Replayed },
+		"WrongOutcome":  func(r *crashReport) { r.Result.Outcome = key.OutcomeReplayed },
 		"WrongEpoch":    func(r *crashReport) { r.Result.Epoch = 1 },
 		"TwoRows":       func(r *crashReport) { r.Rows, r.Ledger = 2, errors.New("2 rows") },
 		"ReplayDiffers": func(r *crashReport) { r.Replay.Response = []byte(`{"charge_id":"ch_2"}`) },
@@ -300,14 +300,14 @@ func TestChecksCatchBrokenInvariants(t *testing.T) {
 		}
 	}
 
-	together := togetherReport{Final: outcomeCounts{key.Executed: 1, key.Replayed: 3}, Response: resp, Identical: 4}
+	together := togetherReport{Final: outcomeCounts{key.OutcomeExecuted: 1, key.OutcomeReplayed: 3}, Response: resp, Identical: 4}
 	if err := together.check(4); err != nil {
 		t.Fatalf("good together report: %v", err)
 	}
 	for name, r := range map[string]togetherReport{
-		"TwoExecuted":   {Final: outcomeCounts{key.Executed: 2, key.Replayed: 2}, Response: resp, Identical: 4},
-		"ReplayDiffers": {Final: outcomeCounts{key.Executed: 1, key.Replayed: 3}, Response: resp, Identical: 3},
-		"ClientFailed":  {Final: outcomeCounts{key.Executed: 1, key.Replayed: 3}, Response: resp, Identical: 4, Errors: []error{key.ErrUnavailable}},
+		"TwoExecuted":   {Final: outcomeCounts{key.OutcomeExecuted: 2, key.OutcomeReplayed: 2}, Response: resp, Identical: 4},
+		"ReplayDiffers": {Final: outcomeCounts{key.OutcomeExecuted: 1, key.OutcomeReplayed: 3}, Response: resp, Identical: 3},
+		"ClientFailed":  {Final: outcomeCounts{key.OutcomeExecuted: 1, key.OutcomeReplayed: 3}, Response: resp, Identical: 4, Errors: []error{key.ErrUnavailable}},
 	} {
 		if r.check(4) == nil {
 			t.Errorf("together report %s: check passed", name)

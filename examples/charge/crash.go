@@ -67,7 +67,7 @@ func crashChild(ctx context.Context, point, path, order string, lease time.Durat
 	if err != nil {
 		return fmt.Errorf("charge %s: %v: %w", order, res.Outcome, err)
 	}
-	if res.Outcome != key.Executed {
+	if res.Outcome != key.OutcomeExecuted {
 		return fmt.Errorf("charge %s: %v, want Executed (is the key new?)", order, res.Outcome)
 	}
 	at(afterCommit) // the response is stored; the client never gets it
@@ -155,9 +155,9 @@ func fate(err error) (string, bool) {
 // replays the child's response (epoch 1).
 func want(point string) (key.Outcome, int64) {
 	if point == afterCommit {
-		return key.Replayed, 1
+		return key.OutcomeReplayed, 1
 	}
-	return key.Executed, 2
+	return key.OutcomeExecuted, 2
 }
 
 // check returns an error naming every invariant that the scenario broke.
@@ -175,7 +175,7 @@ func (r crashReport) check() error {
 	if r.Ledger != nil {
 		errs = append(errs, r.Ledger)
 	}
-	if r.Err == nil && (r.Replay.Outcome != key.Replayed || string(r.Replay.Response) != string(r.Result.Response)) {
+	if r.Err == nil && (r.Replay.Outcome != key.OutcomeReplayed || string(r.Replay.Response) != string(r.Result.Response)) {
 		errs = append(errs, fmt.Errorf("retry got %v %q, want Replayed %q", r.Replay.Outcome, r.Replay.Response, r.Result.Response))
 	}
 	if err := errors.Join(errs...); err != nil {

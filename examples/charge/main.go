@@ -130,7 +130,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	printRequest(stdout, other)
 	res, err := guard.DoTx(ctx, other.keyRequest(), chargeOp(other.Body, nil))
 	fmt.Fprintf(stdout, "   answer: %v (%v)\n", res.Outcome, err)
-	if res.Outcome != key.Conflict || !errors.Is(err, key.ErrConflict) {
+	if res.Outcome != key.OutcomeConflict || !errors.Is(err, key.ErrConflict) {
 		fail(fmt.Errorf("another body got %v (%v), want Conflict", res.Outcome, err))
 	}
 	rows, err = checkLedger(ctx, db, "o-42", rep.Response)

@@ -153,11 +153,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	snapshotP, snapshotH, err := newEndpoint(st, order.Snapshot, applyState, log)
+	snapshotP, snapshotH, err := newEndpoint(st, order.ModeSnapshot, applyState, log)
 	if err != nil {
 		return err
 	}
-	deltaP, deltaH, err := newEndpoint(st, order.Delta, applyChange, log)
+	deltaP, deltaH, err := newEndpoint(st, order.ModeDelta, applyChange, log)
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var steps []step
 	for _, seq := range arrival {
 		s := stateAfter(seq)
-		stp := step{to: pathSnapshot, ev: newEvent(typeState, snapshotOrder, seq, s), mode: event.Structured,
+		stp := step{to: pathSnapshot, ev: newEvent(typeState, snapshotOrder, seq, s), mode: event.ModeStructured,
 			carries: fmt.Sprintf("%s, paid %d", s.Status, s.Paid), want: expect{status: 200, outcome: "processed", applied: []int64{seq}}}
 		switch seq {
 		case 8:
@@ -218,7 +218,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	steps = nil
 	for _, seq := range arrival {
 		c := history[seq-1]
-		stp := step{to: pathDelta, ev: newEvent(typeChange, deltaOrder, seq, c), mode: event.Binary,
+		stp := step{to: pathDelta, ev: newEvent(typeChange, deltaOrder, seq, c), mode: event.ModeBinary,
 			carries: c.String(), want: expect{status: 200, outcome: "processed", applied: []int64{seq}}}
 		switch seq {
 		case 8:
@@ -249,13 +249,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	bad := newEvent(typeChange, badOrder, 1, nil)
 	bad.Data = []byte(`{"add":"ten"}`)
 	d.table([]step{
-		{to: pathDelta, ev: newEvent(typeChange, deltaOrder, 7, history[6]), mode: event.Binary,
+		{to: pathDelta, ev: newEvent(typeChange, deltaOrder, 7, history[6]), mode: event.ModeBinary,
 			carries: history[6].String() + " (again)",
 			want:    expect{status: 200, outcome: "duplicate", row: &orderRow{ID: deltaOrder, Mode: "delta", Status: "SHIPPED", Paid: sum, Seq: 8}}},
-		{to: pathSnapshot, ev: newEvent(typeState, snapshotOrder, 9, forged), mode: event.Structured, tamper: true,
+		{to: pathSnapshot, ev: newEvent(typeState, snapshotOrder, 9, forged), mode: event.ModeStructured, tamper: true,
 			carries: fmt.Sprintf("%s, paid %d (signature tampered)", forged.Status, forged.Paid),
 			want:    expect{status: 401, outcome: "signature-invalid", row: &orderRow{ID: snapshotOrder, Mode: "snapshot", Status: "SHIPPED", Paid: stateAfter(8).Paid, Seq: 8}}},
-		{to: pathDelta, ev: bad, mode: event.Binary, carries: string(bad.Data),
+		{to: pathDelta, ev: bad, mode: event.ModeBinary, carries: string(bad.Data),
 			want: expect{status: 200, outcome: "dead_lettered", row: &orderRow{ID: badOrder}}},
 	})
 	d.deadLetters(deltaP, eventID(badOrder, 1))

@@ -117,7 +117,7 @@ func applyState(ctx context.Context, tx *sql.Tx, ev event.Event) error {
 	if !slices.Contains(statuses, s.Status) || s.Paid < 0 {
 		return inbox.Invalid(fmt.Errorf("state %+v: status must be one of %v and paid >= 0", s, statuses))
 	}
-	cur, err := lockOrder(ctx, tx, ev.Subject, order.Snapshot)
+	cur, err := lockOrder(ctx, tx, ev.Subject, order.ModeSnapshot)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func applyChange(ctx context.Context, tx *sql.Tx, ev event.Event) error {
 	if (c.Add == 0 && c.Status == "") || (c.Status != "" && !slices.Contains(statuses, c.Status)) {
 		return inbox.Invalid(fmt.Errorf("change %+v: add to paid, or set a status among %v", c, statuses))
 	}
-	cur, err := lockOrder(ctx, tx, ev.Subject, order.Delta)
+	cur, err := lockOrder(ctx, tx, ev.Subject, order.ModeDelta)
 	if err != nil {
 		return err
 	}

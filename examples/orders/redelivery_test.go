@@ -77,7 +77,7 @@ const (
 //
 // The consumer is this test binary re-executed (see consumerMain): the delta
 // endpoint of the example (webhook.Handler over an inbox.Processor in
-// order.Delta mode, applyChange writing orders and order_log in the inbox's
+// order.ModeDelta mode, applyChange writing orders and order_log in the inbox's
 // transaction) on 127.0.0.1, over the SQLite file the test gives it. Each
 // consumer but the last is started with a crash point and kills itself
 // there: before-commit:N inside apply, with the Nth event's change written
@@ -357,7 +357,7 @@ func consume(path, crash string) error {
 		return nil
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	_, h, err := newEndpoint(st, order.Delta, apply, log)
+	_, h, err := newEndpoint(st, order.ModeDelta, apply, log)
 	if err != nil {
 		return err
 	}
@@ -570,7 +570,7 @@ func newWorkload(rng *rand.Rand, sz redeliverySize) (*workload, error) {
 		next[o]++
 		add := int64(len(w.events) + 1) // distinct over all events
 		ev := newEvent(typeChange, w.orders[o], next[o], change{Add: add})
-		p, err := render(ev, event.Binary)
+		p, err := render(ev, event.ModeBinary)
 		if err != nil {
 			return nil, err
 		}

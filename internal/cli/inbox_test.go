@@ -48,7 +48,7 @@ func TestInboxCommands(t *testing.T) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO paid VALUES (?, ?)`, ev.Subject, ev.Sequence)
 		return err
 	}
-	p, err := inbox.New(s, apply, &inbox.Config{Mode: order.Delta, Logger: slog.New(slog.DiscardHandler)})
+	p, err := inbox.New(s, apply, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func Bench(b *testing.B, newStore func(b *testing.B) store.Store) {
 		i := 0
 		for b.Loop() {
 			i++
-			if res, err := g.Do(ctx, request("k"+strconv.Itoa(i), "100"), op); err != nil || res.Outcome != key.Executed {
+			if res, err := g.Do(ctx, request("k"+strconv.Itoa(i), "100"), op); err != nil || res.Outcome != key.OutcomeExecuted {
 				b.Fatal(res.Outcome, err)
 			}
 		}
@@ -57,7 +57,7 @@ func Bench(b *testing.B, newStore func(b *testing.B) store.Store) {
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if res, err := g.Do(ctx, r, op); err != nil || res.Outcome != key.Replayed {
+			if res, err := g.Do(ctx, r, op); err != nil || res.Outcome != key.OutcomeReplayed {
 				b.Fatal(res.Outcome, err)
 			}
 		}
@@ -70,7 +70,7 @@ func Bench(b *testing.B, newStore func(b *testing.B) store.Store) {
 		r := request("k", "999")
 		b.ReportAllocs()
 		for b.Loop() {
-			if res, _ := g.Do(ctx, r, op); res.Outcome != key.Conflict {
+			if res, _ := g.Do(ctx, r, op); res.Outcome != key.OutcomeConflict {
 				b.Fatal(res.Outcome)
 			}
 		}

@@ -28,9 +28,9 @@ func exerciseFaults(t *testing.T, newStore newStoreFunc) {
 		fs.SetPlan(plan)
 		var c counter
 		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("again"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 		return fs, res, c.n.Load()
 	}
 
@@ -44,14 +44,14 @@ func exerciseFaults(t *testing.T, newStore newStoreFunc) {
 			fs.SetPlan(plan)
 			var c counter
 			res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-			mustOutcome(t, res, err, key.Unavailable, key.ErrUnavailable)
+			mustOutcome(t, res, err, key.OutcomeUnavailable, key.ErrUnavailable)
 			if !errors.Is(err, fault.ErrInjected) || c.n.Load() != 0 {
 				t.Fatalf("store down: err %v, runs %d", err, c.n.Load())
 			}
 			// Back up: the key was never claimed, so it runs now.
 			fs.SetPlan(nil)
 			res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-			mustOutcome(t, res, err, key.Executed, nil)
+			mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		}
 	})
 
@@ -77,14 +77,14 @@ func exerciseFaults(t *testing.T, newStore newStoreFunc) {
 		})
 		var c counter
 		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Unavailable, key.ErrUnavailable)
+		mustOutcome(t, res, err, key.OutcomeUnavailable, key.ErrUnavailable)
 		fs.SetPlan(nil)
 		// The orphaned claim holds the key until its lease ends, then frees it.
 		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.InFlight, key.ErrInFlight)
+		mustOutcome(t, res, err, key.OutcomeInFlight, key.ErrInFlight)
 		clock.Advance(testLease)
 		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if res.Epoch != 2 || c.n.Load() != 1 {
 			t.Fatalf("epoch %d runs %d", res.Epoch, c.n.Load())
 		}
@@ -113,16 +113,16 @@ func exerciseFaults(t *testing.T, newStore newStoreFunc) {
 		fs.SetPlan(fault.Always(fault.Before, fault.Complete))
 		var c counter
 		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
-		mustOutcome(t, res, err, key.Executed, key.ErrRecording)
+		mustOutcome(t, res, err, key.OutcomeExecuted, key.ErrRecording)
 		if string(res.Response) != "paid" || !errors.Is(err, key.ErrUnavailable) {
 			t.Fatalf("caller lost the response it produced: %q (%v)", res.Response, err)
 		}
 		// Not released: the effect happened, so the key stays held, in the
 		// store by its lease and here by the guard, which keeps trying.
 		res, err = other.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.InFlight, key.ErrInFlight)
+		mustOutcome(t, res, err, key.OutcomeInFlight, key.ErrInFlight)
 		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Unavailable, key.ErrUnavailable)
+		mustOutcome(t, res, err, key.OutcomeUnavailable, key.ErrUnavailable)
 		// The store recovers: the first write is the completion, and every
 		// retry replays it.
 		fs.SetPlan(nil)
@@ -131,7 +131,7 @@ func exerciseFaults(t *testing.T, newStore newStoreFunc) {
 		}
 		for _, gg := range []*key.Guard{other, g} {
 			res, err = gg.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-			mustOutcome(t, res, err, key.Replayed, nil)
+			mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 			if string(res.Response) != "paid" {
 				t.Fatalf("replayed %q", res.Response)
 			}
@@ -147,12 +147,12 @@ func exerciseFaults(t *testing.T, newStore newStoreFunc) {
 		fs.SetPlan(fault.Always(fault.Before, fault.Release))
 		boom := errors.New("boom")
 		res, err := g.Do(ctx, req("alice", "charge", "k1", "100"), func(context.Context) ([]byte, error) { return nil, boom })
-		mustOutcome(t, res, err, key.Executed, boom)
+		mustOutcome(t, res, err, key.OutcomeExecuted, boom)
 		var c counter
 		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.InFlight, key.ErrInFlight)
+		mustOutcome(t, res, err, key.OutcomeInFlight, key.ErrInFlight)
 		clock.Advance(testLease)
 		res, err = g.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 	})
 }

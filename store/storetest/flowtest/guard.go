@@ -110,16 +110,16 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		executed := 0
 		for i, res := range results {
 			switch res.Outcome {
-			case key.Executed:
+			case key.OutcomeExecuted:
 				executed++
 				if errs[i] != nil {
 					t.Errorf("executed with error: %v", errs[i])
 				}
-			case key.Replayed:
+			case key.OutcomeReplayed:
 				if string(res.Response) != "paid" {
 					t.Errorf("replayed %q", res.Response)
 				}
-			case key.InFlight:
+			case key.OutcomeInFlight:
 				if !errors.Is(errs[i], key.ErrInFlight) {
 					t.Errorf("in flight with error %v", errs[i])
 				}
@@ -131,7 +131,7 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 			t.Fatalf("executed=%d runs=%d, want 1 and 1", executed, c.n.Load())
 		}
 		res, err := b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("again"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 	})
 
 	t.Run("ReplayReturnsStoredResponse", func(t *testing.T) {
@@ -139,22 +139,22 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		b := setup(t, newStore)
 		var c counter
 		res, err := b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid 100"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if res.Epoch != 1 || string(res.Response) != "paid 100" {
 			t.Fatalf("first: epoch %d response %q", res.Epoch, res.Response)
 		}
 		for range 3 {
 			res, err = b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("other"))
-			mustOutcome(t, res, err, key.Replayed, nil)
+			mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 			if string(res.Response) != "paid 100" || res.Epoch != 1 {
 				t.Fatalf("replay: epoch %d response %q", res.Epoch, res.Response)
 			}
 		}
 		// An empty response is a response too.
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k2", "100"), c.op(""))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k2", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 		if len(res.Response) != 0 {
 			t.Fatalf("empty response replayed as %q", res.Response)
 		}
@@ -168,15 +168,15 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		b := setup(t, newStore)
 		var c counter
 		res, err := b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k1", "999"), c.op("paid"))
-		mustOutcome(t, res, err, key.Conflict, key.ErrConflict)
+		mustOutcome(t, res, err, key.OutcomeConflict, key.ErrConflict)
 		if res.Response != nil || c.n.Load() != 1 {
 			t.Fatalf("conflict leaked response %q or ran (runs %d)", res.Response, c.n.Load())
 		}
 		// The conflict stored nothing: the original still replays.
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 	})
 
 	t.Run("InFlightWhileHeld", func(t *testing.T) {
@@ -186,19 +186,19 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		res, err := b.guard.Do(ctx, req("alice", "charge", "k1", "100"), func(ctx context.Context) ([]byte, error) {
 			b.clock.Advance(4 * time.Second)
 			inner, err := b.other.Do(ctx, req("alice", "charge", "k1", "100"), c.op("dup"))
-			mustOutcome(t, inner, err, key.InFlight, key.ErrInFlight)
+			mustOutcome(t, inner, err, key.OutcomeInFlight, key.ErrInFlight)
 			if inner.RetryAfter != testLease-4*time.Second {
 				t.Errorf("RetryAfter = %v, want %v", inner.RetryAfter, testLease-4*time.Second)
 			}
 			// Other content while in flight is still a conflict, not in flight.
 			inner, err = b.other.Do(ctx, req("alice", "charge", "k1", "999"), c.op("dup"))
-			mustOutcome(t, inner, err, key.Conflict, key.ErrConflict)
+			mustOutcome(t, inner, err, key.OutcomeConflict, key.ErrConflict)
 			// The holder's own process knows without asking the store.
 			inner, err = b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("dup"))
-			mustOutcome(t, inner, err, key.InFlight, key.ErrInFlight)
+			mustOutcome(t, inner, err, key.OutcomeInFlight, key.ErrInFlight)
 			return []byte("first"), nil
 		})
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if c.n.Load() != 0 {
 			t.Fatalf("duplicate ran %d times", c.n.Load())
 		}
@@ -211,7 +211,7 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		res, err := b.guard.Do(ctx, req("alice", "charge", "k1", "100"), func(context.Context) ([]byte, error) {
 			return nil, boom
 		})
-		mustOutcome(t, res, err, key.Executed, boom)
+		mustOutcome(t, res, err, key.OutcomeExecuted, boom)
 		rec, err := b.store.Get(ctx, req("alice", "charge", "k1", "100").Scope.StoreKey())
 		if err != nil || rec.State != store.StateReleased {
 			t.Fatalf("after failure: %+v, %v; want RELEASED", rec, err)
@@ -219,7 +219,7 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		// No waiting for the lease: the retry runs now, with the next epoch.
 		var c counter
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("ok"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if res.Epoch != 2 || c.n.Load() != 1 {
 			t.Fatalf("retry: epoch %d runs %d", res.Epoch, c.n.Load())
 		}
@@ -227,9 +227,9 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k2", "100"), func(context.Context) ([]byte, error) {
 			return nil, boom
 		})
-		mustOutcome(t, res, err, key.Executed, boom)
+		mustOutcome(t, res, err, key.OutcomeExecuted, boom)
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k2", "200"), c.op("ok"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 	})
 
 	t.Run("PanicReleases", func(t *testing.T) {
@@ -247,7 +247,7 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		}()
 		var c counter
 		res, err := b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("ok"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if res.Epoch != 2 {
 			t.Fatalf("epoch %d, want 2", res.Epoch)
 		}
@@ -263,15 +263,15 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 			b.clock.Advance(testLease)
 			var err error
 			takeover, err = b.other.Do(ctx, req("alice", "charge", "k1", "100"), c.op("second"))
-			mustOutcome(t, takeover, err, key.Executed, nil)
+			mustOutcome(t, takeover, err, key.OutcomeExecuted, nil)
 			return []byte("first"), nil
 		})
-		mustOutcome(t, res, err, key.Executed, key.ErrFenced)
+		mustOutcome(t, res, err, key.OutcomeExecuted, key.ErrFenced)
 		if res.Epoch != 1 || takeover.Epoch != 2 {
 			t.Fatalf("epochs: stale %d, takeover %d; want 1 and 2", res.Epoch, takeover.Epoch)
 		}
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 		if string(res.Response) != "second" || res.Epoch != 2 {
 			t.Fatalf("stale owner overwrote the response: %q epoch %d", res.Response, res.Epoch)
 		}
@@ -284,20 +284,20 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		res, err := b.guard.Do(ctx, req("alice", "charge", "k1", "100"), func(context.Context) ([]byte, error) {
 			return nil, key.MarkUnknown(lost)
 		})
-		mustOutcome(t, res, err, key.Executed, lost)
+		mustOutcome(t, res, err, key.OutcomeExecuted, lost)
 		if !errors.Is(err, key.ErrOutcomeUnknown) {
 			t.Fatalf("err %v does not say unknown", err)
 		}
 		b.clock.Advance(3 * time.Second)
 		var c counter
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Unknown, key.ErrOutcomeUnknown)
+		mustOutcome(t, res, err, key.OutcomeUnknown, key.ErrOutcomeUnknown)
 		if res.RetryAfter != testLease-3*time.Second || c.n.Load() != 0 {
 			t.Fatalf("unknown: retry after %v, runs %d", res.RetryAfter, c.n.Load())
 		}
 		b.clock.Advance(testLease)
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k1", "100"), c.op("second try"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if res.Epoch != 2 || c.n.Load() != 1 {
 			t.Fatalf("after lease: epoch %d runs %d", res.Epoch, c.n.Load())
 		}
@@ -309,17 +309,17 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		var c counter
 		r := req("alice", "charge", "k1", "100")
 		res, err := b.guard.Do(ctx, r, c.op("first"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		b.clock.Advance(testRetention - time.Millisecond)
 		res, err = b.guard.Do(ctx, r, c.op("x"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 		b.clock.Advance(time.Millisecond)
 		if _, err := b.store.Get(ctx, r.Scope.StoreKey()); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("get after retention: %v", err)
 		}
 		// An expired key is new again, whatever its content.
 		res, err = b.guard.Do(ctx, req("alice", "charge", "k1", "other body"), c.op("second"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if c.n.Load() != 2 {
 			t.Fatalf("runs %d", c.n.Load())
 		}
@@ -339,18 +339,18 @@ func exerciseGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 				req("alice:POST", " /charges", "k1", "100"),
 			} {
 				inner, err := b.guard.Do(ctx, r, c.op(r.Scope.Principal+"|"+r.Scope.Operation))
-				mustOutcome(t, inner, err, key.Executed, nil)
+				mustOutcome(t, inner, err, key.OutcomeExecuted, nil)
 			}
 			return []byte("alice"), nil
 		})
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		res, err = b.guard.Do(ctx, req("bob", "POST /charges", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 		if string(res.Response) != "bob|POST /charges" {
 			t.Fatalf("bob got %q", res.Response)
 		}
 		res, err = b.guard.Do(ctx, req("alice", "POST /charges", "k1", "100"), c.op("x"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 		if string(res.Response) != "alice" {
 			t.Fatalf("alice got %q", res.Response)
 		}

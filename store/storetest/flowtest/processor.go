@@ -127,7 +127,7 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 
 	t.Run("ConcurrentRedeliveriesApplyOnce", func(t *testing.T) {
 		t.Parallel()
-		for _, mode := range []order.Mode{0, order.Snapshot, order.Delta} {
+		for _, mode := range []order.Mode{0, order.ModeSnapshot, order.ModeDelta} {
 			e := setup(t, mode, nil)
 			const n = 16
 			var (
@@ -144,7 +144,7 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 				}
 				outcomes[res.Outcome]++
 			})
-			if outcomes[inbox.Processed] != 1 || outcomes[inbox.Duplicate] != n-1 || rows(t, e, "o-1", 1) != 1 {
+			if outcomes[inbox.OutcomeProcessed] != 1 || outcomes[inbox.OutcomeDuplicate] != n-1 || rows(t, e, "o-1", 1) != 1 {
 				t.Fatalf("mode %v: outcomes %v, ledger rows %d; want 1 processed, %d duplicates, 1 row", mode, outcomes, rows(t, e, "o-1", 1), n-1)
 			}
 		}
@@ -152,14 +152,14 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 
 	t.Run("SnapshotNewerWinsAndGapRecorded", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, order.Snapshot, nil)
-		process(t, e, FlowEvent("o-1", 6, "", `"PENDING"`), inbox.Processed)
-		res := process(t, e, FlowEvent("o-1", 8, "", `"SHIPPED"`), inbox.Processed)
+		e := setup(t, order.ModeSnapshot, nil)
+		process(t, e, FlowEvent("o-1", 6, "", `"PENDING"`), inbox.OutcomeProcessed)
+		res := process(t, e, FlowEvent("o-1", 8, "", `"SHIPPED"`), inbox.OutcomeProcessed)
 		if res.Gap == nil || res.Gap.From != 7 || res.Gap.To != 7 {
 			t.Fatalf("gap = %+v, want 7..7", res.Gap)
 		}
-		process(t, e, FlowEvent("o-1", 7, "", `"PAID"`), inbox.Stale)
-		process(t, e, FlowEvent("o-1", 8, "", `"SHIPPED"`), inbox.Duplicate)
+		process(t, e, FlowEvent("o-1", 7, "", `"PAID"`), inbox.OutcomeStale)
+		process(t, e, FlowEvent("o-1", 8, "", `"SHIPPED"`), inbox.OutcomeDuplicate)
 		if rows(t, e, "o-1", 7) != 0 || rows(t, e, "o-1", 8) != 1 {
 			t.Fatal("stale snapshot 7 was applied, or 8 not once")
 		}
@@ -172,18 +172,18 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 
 	t.Run("DeltaParksUntilGapFills", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, order.Delta, nil)
-		process(t, e, FlowEvent("o-1", 1, "", `{"add":1}`), inbox.Processed)
-		res := process(t, e, FlowEvent("o-1", 3, "", `{"add":3}`), inbox.Parked)
+		e := setup(t, order.ModeDelta, nil)
+		process(t, e, FlowEvent("o-1", 1, "", `{"add":1}`), inbox.OutcomeProcessed)
+		res := process(t, e, FlowEvent("o-1", 3, "", `{"add":3}`), inbox.OutcomeParked)
 		if res.Gap == nil || res.Gap.From != 2 || res.Gap.To != 2 {
 			t.Fatalf("gap = %+v", res.Gap)
 		}
-		process(t, e, FlowEvent("o-1", 4, "", `{"add":4}`), inbox.Parked)
-		process(t, e, FlowEvent("o-1", 3, "", `{"add":3}`), inbox.Duplicate)
+		process(t, e, FlowEvent("o-1", 4, "", `{"add":4}`), inbox.OutcomeParked)
+		process(t, e, FlowEvent("o-1", 3, "", `{"add":3}`), inbox.OutcomeDuplicate)
 		if rows(t, e, "o-1", 3) != 0 {
 			t.Fatal("parked event applied before its gap filled")
 		}
-		res = process(t, e, FlowEvent("o-1", 2, "", `{"add":2}`), inbox.Processed)
+		res = process(t, e, FlowEvent("o-1", 2, "", `{"add":2}`), inbox.OutcomeProcessed)
 		if !slices.Equal(res.Applied, []int64{2, 3, 4}) {
 			t.Fatalf("applied %v, want [2 3 4]", res.Applied)
 		}
@@ -193,7 +193,7 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 			}
 		}
 		// Another stream is independent.
-		process(t, e, FlowEvent("o-2", 1, "", `{"add":1}`), inbox.Processed)
+		process(t, e, FlowEvent("o-2", 1, "", `{"add":1}`), inbox.OutcomeProcessed)
 		if ds := deadLetters(t, e); len(ds) != 0 {
 			t.Fatalf("dead letters: %+v", ds)
 		}
@@ -201,16 +201,16 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 
 	t.Run("InvalidIsDeadLetteredAndRequeued", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, order.Delta, nil)
-		res := process(t, e, FlowEvent("o-1", 1, "", `"fixed-later"`), inbox.DeadLettered)
+		e := setup(t, order.ModeDelta, nil)
+		res := process(t, e, FlowEvent("o-1", 1, "", `"fixed-later"`), inbox.OutcomeDeadLettered)
 		if len(res.DeadLetters) != 1 || !strings.Contains(res.Reason, "not fixed yet") || res.Attempts != 1 {
 			t.Fatalf("result %+v: want one dead letter at the first attempt with the reason", res)
 		}
 		if rows(t, e, "o-1", 1) != 0 {
 			t.Fatal("the dead-lettered event's write was kept")
 		}
-		process(t, e, FlowEvent("o-1", 1, "", `"fixed-later"`), inbox.Duplicate)
-		process(t, e, FlowEvent("o-1", 2, "", `{"add":2}`), inbox.Parked) // waits behind the dead letter
+		process(t, e, FlowEvent("o-1", 1, "", `"fixed-later"`), inbox.OutcomeDuplicate)
+		process(t, e, FlowEvent("o-1", 2, "", `{"add":2}`), inbox.OutcomeParked) // waits behind the dead letter
 		ds := deadLetters(t, e)
 		if len(ds) != 1 || ds[0].Key.ID != "o-1//1" || ds[0].Sequence != 1 || ds[0].Attempts != 1 || !strings.Contains(ds[0].Reason, "not fixed yet") {
 			t.Fatalf("dead letters %+v", ds)
@@ -221,7 +221,7 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 		}
 		// Requeued before the fix: dead again, attempts add up.
 		res, err = e.p.Requeue(ctx, ds[0].ID)
-		if err != nil || res.Outcome != inbox.DeadLettered {
+		if err != nil || res.Outcome != inbox.OutcomeDeadLettered {
 			t.Fatalf("requeue before fix: %+v, %v", res, err)
 		}
 		ds = deadLetters(t, e)
@@ -230,7 +230,7 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 		}
 		e.a.fixed.Store(true)
 		res, err = e.p.Requeue(ctx, ds[0].ID)
-		if err != nil || res.Outcome != inbox.Processed || !slices.Equal(res.Applied, []int64{1, 2}) {
+		if err != nil || res.Outcome != inbox.OutcomeProcessed || !slices.Equal(res.Applied, []int64{1, 2}) {
 			t.Fatalf("requeue after fix: %+v, %v", res, err)
 		}
 		if rows(t, e, "o-1", 1) != 1 || rows(t, e, "o-1", 2) != 1 || len(deadLetters(t, e)) != 0 {
@@ -239,17 +239,17 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 		if _, err := e.p.Requeue(ctx, ds[0].ID); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("requeue twice: %v, want ErrNotFound", err)
 		}
-		process(t, e, FlowEvent("o-1", 1, "", `"fixed-later"`), inbox.Duplicate)
+		process(t, e, FlowEvent("o-1", 1, "", `"fixed-later"`), inbox.OutcomeDuplicate)
 	})
 
 	t.Run("TransientRetriedThenDeadLettered", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t, 0, nil)
-		res := process(t, e, FlowEvent("o-1", 1, "", `"flaky:2"`), inbox.Processed)
+		res := process(t, e, FlowEvent("o-1", 1, "", `"flaky:2"`), inbox.OutcomeProcessed)
 		if res.Attempts != 3 || rows(t, e, "o-1", 1) != 1 {
 			t.Fatalf("flaky:2 took %d attempts, %d rows; want 3 and 1 (failed attempts rolled back)", res.Attempts, rows(t, e, "o-1", 1))
 		}
-		res = process(t, e, FlowEvent("o-2", 1, "", `"flaky:7"`), inbox.DeadLettered)
+		res = process(t, e, FlowEvent("o-2", 1, "", `"flaky:7"`), inbox.OutcomeDeadLettered)
 		if res.Attempts != 3 || rows(t, e, "o-2", 1) != 0 || !strings.Contains(res.Reason, "failed 3 times") {
 			t.Fatalf("flaky:7: %+v, rows %d", res, rows(t, e, "o-2", 1))
 		}
@@ -259,7 +259,7 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 		}
 		// Requeue: attempts 4 to 6 fail again (dead again, 6 in all).
 		res, _ = e.p.Requeue(ctx, ds[0].ID)
-		if res.Outcome != inbox.DeadLettered {
+		if res.Outcome != inbox.OutcomeDeadLettered {
 			t.Fatalf("requeue 1: %+v", res)
 		}
 		ds = deadLetters(t, e)
@@ -268,18 +268,18 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 		}
 		// The next requeue fails once more (7) and passes at 8.
 		res, err := e.p.Requeue(ctx, ds[0].ID)
-		if err != nil || res.Outcome != inbox.Processed || rows(t, e, "o-2", 1) != 1 {
+		if err != nil || res.Outcome != inbox.OutcomeProcessed || rows(t, e, "o-2", 1) != 1 {
 			t.Fatalf("requeue 2: %+v, %v", res, err)
 		}
 	})
 
 	t.Run("BadReleasedEventHaltsTheChain", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, order.Delta, nil)
-		process(t, e, FlowEvent("o-1", 1, "", `{}`), inbox.Processed)
-		process(t, e, FlowEvent("o-1", 3, "", `"fixed-later"`), inbox.Parked)
-		process(t, e, FlowEvent("o-1", 4, "", `{}`), inbox.Parked)
-		res := process(t, e, FlowEvent("o-1", 2, "", `{}`), inbox.Processed)
+		e := setup(t, order.ModeDelta, nil)
+		process(t, e, FlowEvent("o-1", 1, "", `{}`), inbox.OutcomeProcessed)
+		process(t, e, FlowEvent("o-1", 3, "", `"fixed-later"`), inbox.OutcomeParked)
+		process(t, e, FlowEvent("o-1", 4, "", `{}`), inbox.OutcomeParked)
+		res := process(t, e, FlowEvent("o-1", 2, "", `{}`), inbox.OutcomeProcessed)
 		if !slices.Equal(res.Applied, []int64{2}) || len(res.DeadLetters) != 1 {
 			t.Fatalf("result %+v: want 2 applied and 3 dead-lettered", res)
 		}
@@ -300,10 +300,10 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 
 	t.Run("OverdueGapIsCompensated", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, order.Delta, nil)
-		process(t, e, FlowEvent("o-1", 1, "", `{}`), inbox.Processed)
-		process(t, e, FlowEvent("o-1", 4, "", `{}`), inbox.Parked)
-		process(t, e, FlowEvent("o-2", 2, "", `{}`), inbox.Parked)
+		e := setup(t, order.ModeDelta, nil)
+		process(t, e, FlowEvent("o-1", 1, "", `{}`), inbox.OutcomeProcessed)
+		process(t, e, FlowEvent("o-1", 4, "", `{}`), inbox.OutcomeParked)
+		process(t, e, FlowEvent("o-2", 2, "", `{}`), inbox.OutcomeParked)
 		var calls []string
 		fn := func(ctx context.Context, tx TX, sk store.StreamKey, g order.Gap) error {
 			calls = append(calls, fmt.Sprintf("%s:%d..%d", sk.Subject, g.From, g.To))
@@ -336,8 +336,8 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 			t.Fatal("parked events behind the compensated gaps were not applied")
 		}
 		// The missing events arriving late are duplicates now.
-		process(t, e, FlowEvent("o-1", 2, "", `{}`), inbox.Duplicate)
-		process(t, e, FlowEvent("o-2", 1, "", `{}`), inbox.Duplicate)
+		process(t, e, FlowEvent("o-1", 2, "", `{}`), inbox.OutcomeDuplicate)
+		process(t, e, FlowEvent("o-2", 1, "", `{}`), inbox.OutcomeDuplicate)
 		if n, err := e.p.Compensate(ctx, fn); n != 0 || err != nil {
 			t.Fatalf("third pass: %d, %v", n, err)
 		}
@@ -349,22 +349,22 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 			n, _ := strconv.ParseInt(strings.TrimRight(strings.TrimPrefix(ev.ExecutionID, "run-"), "abc"), 10, 64)
 			return n
 		}
-		e := setup(t, order.Delta, func(c *inbox.Config) { c.ExecutionRank = rank })
-		process(t, e, FlowEvent("o-1", 1, "run-1", `{}`), inbox.Processed)
-		process(t, e, FlowEvent("o-1", 3, "run-1", `{}`), inbox.Parked)
+		e := setup(t, order.ModeDelta, func(c *inbox.Config) { c.ExecutionRank = rank })
+		process(t, e, FlowEvent("o-1", 1, "run-1", `{}`), inbox.OutcomeProcessed)
+		process(t, e, FlowEvent("o-1", 3, "run-1", `{}`), inbox.OutcomeParked)
 		// run-2 parks the very sequence run-1 had parked: run-1's goes.
-		res := process(t, e, FlowEvent("o-1", 3, "run-2", `{}`), inbox.Parked)
+		res := process(t, e, FlowEvent("o-1", 3, "run-2", `{}`), inbox.OutcomeParked)
 		if !res.Reset {
 			t.Fatal("first event of run-2 did not reset the stream")
 		}
-		process(t, e, FlowEvent("o-1", 2, "run-1", `{}`), inbox.Superseded)
-		process(t, e, FlowEvent("o-1", 1, "run-2", `{}`), inbox.Processed)
-		res = process(t, e, FlowEvent("o-1", 2, "run-2", `{}`), inbox.Processed)
+		process(t, e, FlowEvent("o-1", 2, "run-1", `{}`), inbox.OutcomeSuperseded)
+		process(t, e, FlowEvent("o-1", 1, "run-2", `{}`), inbox.OutcomeProcessed)
+		res = process(t, e, FlowEvent("o-1", 2, "run-2", `{}`), inbox.OutcomeProcessed)
 		if !slices.Equal(res.Applied, []int64{2, 3}) {
 			t.Fatalf("applied %v, want run-2's 2 and its parked 3", res.Applied)
 		}
 		// Same rank, other execution: a conflict the event cannot fix.
-		res = process(t, e, FlowEvent("o-1", 4, "run-2b", `{}`), inbox.DeadLettered)
+		res = process(t, e, FlowEvent("o-1", 4, "run-2b", `{}`), inbox.OutcomeDeadLettered)
 		if !strings.Contains(res.Reason, "same ExecutionSeq") || rows(t, e, "o-1", 4) != 0 {
 			t.Fatalf("conflicting execution: %+v", res)
 		}

@@ -49,9 +49,9 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		t.Parallel()
 		b := setupTx(t)
 		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "again"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 		if string(res.Response) != "paid" || charges(t, b.ledger, "order-1") != 1 {
 			t.Fatalf("response %q, charges %d", res.Response, charges(t, b.ledger, "order-1"))
 		}
@@ -74,7 +74,7 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 			outcomes[res.Outcome]++
 			mu.Unlock()
 		})
-		if outcomes[key.Executed] != 1 || outcomes[key.Executed]+outcomes[key.Replayed]+outcomes[key.InFlight] != n {
+		if outcomes[key.OutcomeExecuted] != 1 || outcomes[key.OutcomeExecuted]+outcomes[key.OutcomeReplayed]+outcomes[key.OutcomeInFlight] != n {
 			t.Fatalf("outcomes %v", outcomes)
 		}
 		if got := charges(t, b.ledger, "order-1"); got != 1 {
@@ -92,12 +92,12 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 			}
 			return nil, declined
 		})
-		mustOutcome(t, res, err, key.Executed, declined)
+		mustOutcome(t, res, err, key.OutcomeExecuted, declined)
 		if charges(t, b.ledger, "order-1") != 0 {
 			t.Fatal("failed operation's write committed")
 		}
 		res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if res.Epoch != 2 || charges(t, b.ledger, "order-1") != 1 {
 			t.Fatalf("retry: epoch %d charges %d", res.Epoch, charges(t, b.ledger, "order-1"))
 		}
@@ -122,7 +122,7 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 			return fault.Pass
 		})
 		res, err := b.guard.DoTx(ctx, r, charge(b, "order-1", "first"))
-		mustOutcome(t, res, err, key.Executed, key.ErrFenced)
+		mustOutcome(t, res, err, key.OutcomeExecuted, key.ErrFenced)
 		if takeoverErr != nil || !takeover.Claimed || takeover.Record.Epoch != 2 {
 			t.Fatalf("takeover: %+v %v", takeover, takeoverErr)
 		}
@@ -136,12 +136,12 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		b := setupTx(t)
 		b.ts.SetPlan(fault.Once(fault.After, fault.InTx))
 		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if string(res.Response) != "paid" {
 			t.Fatalf("response %q", res.Response)
 		}
 		res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "again"))
-		mustOutcome(t, res, err, key.Replayed, nil)
+		mustOutcome(t, res, err, key.OutcomeReplayed, nil)
 		if charges(t, b.ledger, "order-1") != 1 {
 			t.Fatalf("charges %d", charges(t, b.ledger, "order-1"))
 		}
@@ -152,13 +152,13 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		b := setupTx(t)
 		b.ts.SetPlan(fault.Once(fault.Before, fault.CompleteTx))
 		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, key.ErrUnavailable)
+		mustOutcome(t, res, err, key.OutcomeExecuted, key.ErrUnavailable)
 		if charges(t, b.ledger, "order-1") != 0 {
 			t.Fatal("write committed without its record")
 		}
 		// Nothing committed, so the claim was released: the retry runs now.
 		res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Executed, nil)
+		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if charges(t, b.ledger, "order-1") != 1 {
 			t.Fatalf("charges %d", charges(t, b.ledger, "order-1"))
 		}
@@ -169,7 +169,7 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		b := setupTx(t)
 		b.ts.SetPlan(fault.Always(fault.Before, fault.Claim, fault.Get))
 		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.Unavailable, key.ErrUnavailable)
+		mustOutcome(t, res, err, key.OutcomeUnavailable, key.ErrUnavailable)
 		if b.ts.Calls(fault.InTx) != 0 || charges(t, b.ledger, "order-1") != 0 {
 			t.Fatal("operation ran without a claim")
 		}
