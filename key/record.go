@@ -132,11 +132,7 @@ func (g *Guard) checkLocal(ctx context.Context, key string, fp Fingerprint) (res
 // to extend the lease by lease, so that the store keeps the key held as long
 // as it answers anything. The key stays in the process's set meanwhile.
 func (g *Guard) keepRecording(c *claim, what string, write func(context.Context) error, lease time.Duration) {
-	h := c.held
-	if h == nil { // not registered (cannot happen for a granted claim)
-		h = &held{}
-		c.held = h
-	}
+	h := c.held // every granted claim is registered (claim calls hold)
 	h.mu.Lock()
 	h.write = write
 	h.settled = make(chan struct{})

@@ -120,7 +120,7 @@ func TestRetryRecordsPendingOutcomeFirst(t *testing.T) {
 // While the operation runs and the store is down (its heartbeat cannot
 // extend the lease), a duplicate in the same process is told InFlight
 // without a claim: the process knows it holds the key.
-func TestDuplicateInProcessIsInFlightWithoutStore(t *testing.T) {
+func TestDuplicateInProcessIsInFlightWithoutClaim(t *testing.T) {
 	t.Parallel()
 	o := newOutage()
 	g := mustGuard(t, o, nil)

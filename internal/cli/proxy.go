@@ -125,13 +125,13 @@ IDEM_MAX_BODY.`,
 	return cmd
 }
 
-// effectiveBudget is the memory budget the proxy enforces: --memory-budget
-// when given, else httpidem's default for these limits.
-func (f *proxyFlags) effectiveBudget() int64 {
-	if f.memoryBudget != 0 {
-		return int64(f.memoryBudget)
+// budgetDesc says which memory budget the proxy enforces: the flag's, or
+// httpidem's default for these limits (which httpidem alone computes).
+func (f *proxyFlags) budgetDesc() string {
+	if f.memoryBudget == 0 {
+		return "default (32MiB, or max-body + max-response if larger)"
 	}
-	return max(httpidem.DefaultMemoryBudget, int64(f.maxBody+f.maxResponse))
+	return f.memoryBudget.String()
 }
 
 // check validates the flags beyond their types.
@@ -251,7 +251,7 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 		"retention", f.retention, "lease", f.lease, "max_body", f.maxBody.String(), "max_response", f.maxResponse.String(),
 		"significant_headers", strings.Join(f.significantHeaders, ","), "upstream_timeout", f.upstreamTimeout,
 		"unknown_hold", f.unknownHold, "record_timeout", f.recordTimeout, "body_timeout", f.bodyTimeout,
-		"memory_budget", f.effectiveBudget(),
+		"memory_budget", f.budgetDesc(),
 	}
 	if adminLn != nil {
 		attrs = append(attrs, "admin", adminLn.Addr().String())
