@@ -248,3 +248,43 @@ func TestRecordTimeoutGivesUp(t *testing.T) {
 		}
 	})
 }
+
+// While the store answers but refuses the completion (its writes of the
+// response fail), the recorder keeps the store's lease alive by extending
+// it, so another process is told InFlight long after the lease would have
+// ended, and gets the replay once the completion goes through.
+func TestRecorderExtendsLeaseWhileStoreAnswers(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		fs := fault.Wrap(memstore.New(nil))
+		cfg := &key.Config{Lease: time.Second}
+		g, err := key.New(fs, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := key.New(fs, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs.SetPlan(fault.Always(fault.Before, fault.Complete))
+		var runs atomic.Int32
+		op := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("charged"), nil }
+		if _, err := g.Do(t.Context(), request("a"), op); !errors.Is(err, key.ErrRecording) {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second) // five leases
+		if res, err := other.Do(t.Context(), request("a"), op); res.Outcome != key.OutcomeInFlight || !errors.Is(err, key.ErrInFlight) {
+			t.Fatalf("another process after five leases: %v %v, want InFlight (the recorder extends the lease)", res.Outcome, err)
+		}
+		fs.SetPlan(nil)
+		if err := g.Drain(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := other.Do(t.Context(), request("a"), op); res.Outcome != key.OutcomeReplayed || err != nil {
+			t.Fatalf("after the completion went through: %v %v, want the replay", res.Outcome, err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("ran %d times", n)
+		}
+	})
+}
