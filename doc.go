@@ -66,9 +66,18 @@
 // idempotency key) and replays its first result: Guard.Do for any store,
 // TxGuard.DoTx to commit the operation's own writes together with the
 // stored result, so that a local effect happens exactly once. Outcomes are
-// Executed, Replayed, InFlight, Unknown, Conflict and Unavailable (the
-// store did not confirm a claim: nothing ran). key/doc.go draws the
+// OutcomeExecuted, OutcomeReplayed, OutcomeInFlight, OutcomeUnknown,
+// OutcomeConflict and OutcomeUnavailable (the store did not confirm a
+// claim: nothing ran). key/doc.go draws the
 // record's state machine; RunSweeper deletes expired records.
+//
+// # Metrics
+//
+// No component imports a metrics library: each takes Hooks in its Config
+// (inbox, outbox, webhook, proxy; httpidem's OnOutcome) and calls them as
+// it works. Package prom turns them into Prometheus metrics, one call per
+// component (prom.Inbox, prom.Outbox, prom.Webhook, prom.Proxy,
+// prom.Middleware); idem proxy --admin serves them on /metrics.
 //
 // # What is promised
 //

@@ -10,8 +10,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/store"
@@ -113,8 +111,8 @@ type Result struct {
 	// Attempts is how many times the event was applied in this call.
 	Attempts int
 
-	mode    order.Mode // the stream's mode, for metrics
-	opened  int        // gaps recorded, for metrics
+	mode    order.Mode // the stream's mode, for Hooks.OnGaps
+	opened  int        // gaps recorded, for Hooks.OnGaps
 	housekp bool       // a compensation, not an event: not counted as one
 }
 
@@ -175,10 +173,10 @@ type Config struct {
 	// Logger receives gaps, dead letters and retries. Defaults to a logger
 	// that discards everything, as every idem package's does.
 	Logger *slog.Logger
-	// Registerer, when set, receives the processor's Prometheus metrics
-	// (idem_inbox_*: events by outcome, gaps by mode, compensations, dead
-	// letters, retries). Defaults to nil: not registered.
-	Registerer prometheus.Registerer
+	// Hooks are told of outcomes, gaps, dead letters, retries and
+	// refusals, for metrics (prom.Inbox makes Prometheus ones). Defaults to
+	// none.
+	Hooks Hooks
 }
 
 // Defaults.
@@ -202,7 +200,7 @@ type Processor[TX any] struct {
 	cfg   Config
 	ocfg  *order.Config
 	log   *slog.Logger
-	m     *metrics
+	hooks Hooks
 }
 
 // New returns a Processor over s that applies events with apply.
@@ -249,11 +247,8 @@ func New[TX any](s store.InboxStore[TX], apply ApplyFunc[TX], cfg *Config) (*Pro
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(c.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	return &Processor[TX]{s: s, apply: apply, cfg: c, ocfg: &order.Config{MaxParked: c.MaxParked}, log: log, m: m}, nil
+	c.Hooks = c.Hooks.withDefaults()
+	return &Processor[TX]{s: s, apply: apply, cfg: c, ocfg: &order.Config{MaxParked: c.MaxParked}, log: log, hooks: c.Hooks}, nil
 }
 
 // Config returns the configuration in effect, with defaults filled in.
@@ -347,7 +342,7 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 		})
 		if err == nil {
 			res.Attempts = n
-			p.m.observe(res)
+			p.hooks.committed(res)
 			return res, nil
 		}
 		var (
@@ -364,7 +359,7 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 			continue
 		case errors.As(err, &te) && !t.last:
 			wait := p.backoff(n)
-			p.m.retries.Inc()
+			p.hooks.OnRetry()
 			p.log.WarnContext(ctx, "inbox: transient apply failure, retrying", "source", ev.Source, "id", ev.ID, "attempt", n, "retry_in", wait, "error", te.err)
 			select {
 			case <-ctx.Done():
@@ -372,14 +367,14 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 			case <-time.After(wait):
 			}
 		case errors.Is(err, ErrBackpressure):
-			p.m.backpressure.Inc()
+			p.hooks.OnBackpressure()
 			return Result{}, err
 		case errors.Is(err, store.ErrCorrupt), errors.Is(err, store.ErrNotFound):
 			return Result{}, err
 		case ctx.Err() != nil:
 			return Result{}, fmt.Errorf("inbox: %w", ctx.Err())
 		default:
-			p.m.unavailable.Inc()
+			p.hooks.OnUnavailable()
 			return Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}

@@ -82,7 +82,6 @@ func (p *Processor[TX]) compensateTx(ctx context.Context, tx TX, sk store.Stream
 	if err := p.commitStream(ctx, tx, sk, order.ModeDelta, s, d, next, now, &res); err != nil {
 		return Result{}, err
 	}
-	p.m.compensated.Inc()
 	p.log.InfoContext(ctx, "inbox: gap compensated", "source", sk.Source, "subject", sk.Subject, "from", g.From, "to", g.To, "released", len(applied))
 	return res, nil
 }

@@ -68,8 +68,8 @@
 //
 //   - The relay dies, or stalls past its lease, holding an intent: the next
 //     claim takes it over (epoch+1) and sends it again with the same key;
-//     the stalled relay's late result is fenced (logged, and counted in
-//     idem_outbox_fenced_total).
+//     the stalled relay's late result is fenced (logged, and reported to
+//     Hooks.OnFenced: idem_outbox_fenced_total through prom.Outbox).
 //   - No answer (timeout, reset, refused connection): the outcome is
 //     unknown; it is logged and retried with the same key.
 //   - The result cannot be recorded (the store does not answer): logged;

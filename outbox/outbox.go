@@ -13,8 +13,6 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/idemhq/idem/signature"
 	"github.com/idemhq/idem/store"
 )
@@ -150,8 +148,9 @@ type Config struct {
 	// targets. Defaults to a logger that discards everything, as every idem
 	// package's does.
 	Logger *slog.Logger
-	// Registerer, when set, receives idem_outbox_* metrics.
-	Registerer prometheus.Registerer
+	// Hooks are told of attempts, fenced results and unknown outcomes, for
+	// metrics (prom.Outbox makes Prometheus ones). Defaults to none.
+	Hooks Hooks
 }
 
 // Defaults.
@@ -207,6 +206,7 @@ func (c *Config) withDefaults() (Config, map[string]*Target, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	o.Hooks = o.Hooks.withDefaults()
 	if o.Client == nil {
 		o.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	} else if o.Client.CheckRedirect == nil {

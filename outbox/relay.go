@@ -30,7 +30,7 @@ type Relay[TX any] struct {
 	cfg     Config
 	targets map[string]*Target
 	log     *slog.Logger
-	m       *metrics
+	hooks   Hooks
 	nudge   chan struct{}
 }
 
@@ -43,11 +43,7 @@ func New[TX any](s store.OutboxStore[TX], cfg *Config) (*Relay[TX], error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(c.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	return &Relay[TX]{s: s, cfg: c, targets: targets, log: c.Logger, m: m, nudge: make(chan struct{}, 1)}, nil
+	return &Relay[TX]{s: s, cfg: c, targets: targets, log: c.Logger, hooks: c.Hooks, nudge: make(chan struct{}, 1)}, nil
 }
 
 // EnqueueTx writes the intent in tx, the caller's business transaction: it
@@ -242,11 +238,10 @@ func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) {
 	default:
 		err = r.s.KillIntent(ctx, in.Fence(), o.message, now)
 	}
-	r.m.deliveries.WithLabelValues(in.Target, o.kind).Inc()
-	r.m.duration.Observe(time.Since(start).Seconds())
+	r.hooks.OnAttempt(in.Target, o.kind, time.Since(start))
 	switch {
 	case errors.Is(err, store.ErrFenced):
-		r.m.fenced.Inc()
+		r.hooks.OnFenced()
 		r.log.WarnContext(ctx, "outbox: result not recorded: another relay took the intent over (this one outlived its lease)",
 			"intent", in.ID, "epoch", in.Epoch, "result", o.kind)
 	case err != nil:
@@ -312,7 +307,7 @@ func (r *Relay[TX]) attempt(ctx context.Context, t *Target, in store.Intent) out
 	if err != nil {
 		// Sent or not, we cannot tell: the outcome is unknown. The retry
 		// carries the same key, so a target that honours it dedups.
-		r.m.unknown.Inc()
+		r.hooks.OnUnknown()
 		next := "re-attempting later with the same key"
 		if in.Attempts >= r.cfg.MaxAttempts {
 			next = "the budget is spent, so the intent goes dead (it may have taken effect)"

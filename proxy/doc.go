@@ -164,10 +164,13 @@
 //
 // # Metrics
 //
-// With Config.Registerer set: idem_proxy_requests_total{outcome} (one per
-// participating request, the httpidem outcome), idem_proxy_upstream_duration_seconds
-// (time to the response headers), idem_proxy_upstream_errors_total{kind}
-// (unreachable, unknown), idem_proxy_in_flight_requests,
-// idem_proxy_recording_answers (answers the store did not take yet) and
-// idem_proxy_buffered_body_bytes (the memory budget's use).
+// Config.Hooks are told of every participating request's outcome, of
+// upstream latencies and failures, and Proxy.Stats says what the proxy
+// holds now. prom.Proxy turns both into idem_proxy_requests_total{outcome}
+// (one per participating request, the httpidem outcome),
+// idem_proxy_upstream_duration_seconds (time to the response headers),
+// idem_proxy_upstream_errors_total{kind} (unreachable, unknown),
+// idem_proxy_in_flight_requests, idem_proxy_recording_answers (answers the
+// store did not take yet) and idem_proxy_buffered_body_bytes (the memory
+// budget's use).
 package proxy

@@ -44,7 +44,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 	if r := f.send(t, q); !r.replayed() {
 		t.Fatalf("after the upstream answered: %d %q, want a replay", r.status, r.body)
 	}
-	if n := testutilCount(f, kindUnreachable); n != 2 {
+	if n := f.upstreamErrors(UpstreamUnreachable); n != 2 {
 		t.Fatalf("unreachable errors counted %v, want 2", n)
 	}
 }
@@ -133,7 +133,7 @@ func TestAnswerLost(t *testing.T) {
 			if r := f.send(t, q); !r.replayed() {
 				t.Fatalf("after the retry answered: %d %q, want a replay", r.status, r.body)
 			}
-			if n := testutilCount(f, kindUnknown); n != 1 {
+			if n := f.upstreamErrors(UpstreamUnknown); n != 1 {
 				t.Fatalf("unknown errors counted %v, want 1", n)
 			}
 		})

@@ -57,7 +57,7 @@ type forwarder struct {
 	stop         context.Context
 	participates func(*http.Request) bool
 	base         string
-	metrics      *metrics
+	hooks        Hooks
 	logger       *slog.Logger
 	// buffers recycles the buffers of prefetched response bodies.
 	buffers sync.Pool
@@ -80,20 +80,20 @@ func participation(methods []string, principal func(*http.Request) (string, bool
 	}
 }
 
-func newForwarder(c *Config, m *metrics, stop context.Context, participates func(*http.Request) bool) *forwarder {
+func newForwarder(c *Config, stop context.Context, participates func(*http.Request) bool) *forwarder {
 	f := &forwarder{
 		timeout:      c.UpstreamTimeout,
 		maxResponse:  c.MaxResponse,
 		stop:         stop,
 		participates: participates,
 		base:         c.ProblemBase,
-		metrics:      m,
+		hooks:        c.Hooks,
 		logger:       c.Logger,
 	}
 	upstream := *c.Upstream
 	f.rp = &httputil.ReverseProxy{
 		Rewrite:        func(pr *httputil.ProxyRequest) { f.rewrite(pr, &upstream) },
-		Transport:      &tracingTransport{base: c.Transport, metrics: m},
+		Transport:      &tracingTransport{base: c.Transport, observe: c.Hooks.OnUpstream},
 		ModifyResponse: f.modifyResponse,
 		ErrorHandler:   f.errorHandler,
 		ErrorLog:       slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
@@ -283,7 +283,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 // lost records that ex's answer was lost after the upstream got it.
 func (f *forwarder) lost(ex *exchange, err error, during string) {
 	ex.lost.Do(func() {
-		f.metrics.upstreamErrors.WithLabelValues(kindUnknown).Inc()
+		f.hooks.OnUpstreamError(UpstreamUnknown)
 		httpidem.MarkUnknown(ex.in, err)
 		f.logger.WarnContext(ex.in.Context(), "upstream answer lost: outcome unknown",
 			"during", during, "method", ex.in.Method, "path", ex.in.URL.Path,
@@ -297,7 +297,7 @@ func (f *forwarder) errorHandler(w http.ResponseWriter, out *http.Request, err e
 	var ue *upstreamError
 	sent := ex != nil && (ex.responded || errors.As(err, &ue) && ue.sent)
 	if !sent {
-		f.metrics.upstreamErrors.WithLabelValues(kindUnreachable).Inc()
+		f.hooks.OnUpstreamError(UpstreamUnreachable)
 		if ex != nil {
 			f.logger.WarnContext(ex.in.Context(), "upstream unreachable", "method", ex.in.Method, "path", ex.in.URL.Path, "err", err)
 		}

@@ -19,9 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
+	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/store"
 )
@@ -134,24 +132,27 @@ type front struct {
 	url    string
 	addr   string // host:port, for raw connections
 	client *http.Client
-	reg    *prometheus.Registry
+	counts *counts
 	// served gets a value each time the proxy's ServeHTTP returns.
 	served chan struct{}
 }
 
 // newFront starts a proxy with cfg (Upstream and Store set by the caller;
-// Registerer set here), served as `idem proxy` serves it: on a Listener,
+// Hooks set here), served as `idem proxy` serves it: on a Listener,
 // with ConnContext.
 func newFront(tb testing.TB, cfg Config) *front {
 	tb.Helper()
-	reg := prometheus.NewRegistry()
-	cfg.Registerer = reg
+	c := &counts{n: map[string]float64{}}
+	cfg.Hooks = Hooks{
+		OnOutcome:       func(o httpidem.Outcome) { c.add("outcome " + string(o)) },
+		OnUpstreamError: func(kind string) { c.add("error " + kind) },
+	}
 	p, err := New(&cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { p.Close() })
-	f := &front{p: p, reg: reg, served: make(chan struct{}, 4096)}
+	f := &front{p: p, counts: c, served: make(chan struct{}, 4096)}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			select {
@@ -270,10 +271,26 @@ func (r reply) expect(tb testing.TB, status int, slug string) reply {
 	return r
 }
 
-// outcomes returns the idem_proxy_requests_total counter of outcome.
-func (f *front) outcomes(outcome string) float64 {
-	return testutil.ToFloat64(f.p.metrics.requests.WithLabelValues(outcome))
+// counts counts the proxy's Hooks calls.
+type counts struct {
+	mu sync.Mutex
+	n  map[string]float64
 }
+
+func (c *counts) add(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[what]++
+}
+
+func (c *counts) get(what string) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[what]
+}
+
+// outcomes returns how often Hooks.OnOutcome reported outcome.
+func (f *front) outcomes(outcome string) float64 { return f.counts.get("outcome " + outcome) }
 
 // waitServed waits until the proxy has returned from n more requests.
 func (f *front) waitServed(tb testing.TB, n int) {
@@ -305,10 +322,8 @@ func sameReply(a, b reply) bool {
 	return a.status == b.status && bytes.Equal(a.body, b.body) && a.header.Get("Content-Type") == b.header.Get("Content-Type")
 }
 
-// testutilCount returns idem_proxy_upstream_errors_total of kind.
-func testutilCount(f *front, kind string) float64 {
-	return testutil.ToFloat64(f.p.metrics.upstreamErrors.WithLabelValues(kind))
-}
+// upstreamErrors returns how often Hooks.OnUpstreamError reported kind.
+func (f *front) upstreamErrors(kind string) float64 { return f.counts.get("error " + kind) }
 
 // raw is a connection to the proxy for requests written by hand.
 type raw struct {

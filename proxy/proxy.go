@@ -9,9 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/key"
@@ -124,10 +123,10 @@ type Config struct {
 	// problem.DefaultBase.
 	ProblemBase string
 
-	// Registerer receives the proxy's metrics (idem_proxy_*). Use a
-	// registry per Proxy. Defaults to nil: metrics are kept but not
-	// registered.
-	Registerer prometheus.Registerer
+	// Hooks are told of outcomes, upstream latencies and upstream
+	// failures, for metrics (prom.Proxy makes Prometheus ones). Defaults to
+	// none.
+	Hooks Hooks
 
 	// Logger receives upstream failures and warnings. Defaults to
 	// discarding.
@@ -157,6 +156,7 @@ func (c *Config) withDefaults() Config {
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
+	out.Hooks = out.Hooks.withDefaults()
 	return out
 }
 
@@ -189,7 +189,9 @@ type Proxy struct {
 	store     store.Store
 	guard     *key.Guard
 	transport http.RoundTripper
-	metrics   *metrics
+	mw        *httpidem.Middleware
+	hooks     Hooks
+	serving   atomic.Int64 // requests being served, for Stats
 	base      string
 	principal principalHeader
 
@@ -206,10 +208,6 @@ type Proxy struct {
 func New(cfg *Config) (*Proxy, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	m, err := newMetrics(c.Registerer)
-	if err != nil {
 		return nil, err
 	}
 	g, err := key.New(c.Store, &key.Config{
@@ -232,18 +230,15 @@ func New(cfg *Config) (*Proxy, error) {
 		MemoryBudget:       c.MemoryBudget,
 		SignificantHeaders: c.SignificantHeaders,
 		ProblemBase:        c.ProblemBase,
-		OnOutcome: func(_ *http.Request, o httpidem.Outcome) {
-			m.requests.WithLabelValues(string(o)).Inc()
-		},
-		Logger: c.Logger,
+		OnOutcome:          func(_ *http.Request, o httpidem.Outcome) { c.Hooks.OnOutcome(o) },
+		Logger:             c.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	m.recording, m.buffered = g.Recording, mw.InUse
-	p := &Proxy{store: c.Store, guard: g, transport: c.Transport, metrics: m, base: c.ProblemBase, principal: principal}
+	p := &Proxy{store: c.Store, guard: g, mw: mw, transport: c.Transport, hooks: c.Hooks, base: c.ProblemBase, principal: principal}
 	p.stop, p.stopCall = context.WithCancel(context.Background())
-	f := newForwarder(&c, m, p.stop, participation(c.Methods, principal.get))
+	f := newForwarder(&c, p.stop, participation(c.Methods, principal.get))
 	p.handler = mw.Wrap(f)
 	return p, nil
 }
@@ -270,8 +265,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.inFlight.Add(1)
 	p.mu.RUnlock()
 	defer p.inFlight.Done()
-	p.metrics.inFlight.Inc()
-	defer p.metrics.inFlight.Dec()
+	p.serving.Add(1)
+	defer p.serving.Add(-1)
 	if dotSegment(r.URL.Path) {
 		problem.Write(w, p.base, problem.SlugPathInvalid, http.StatusBadRequest,
 			`The path has a "." or ".." segment (literal or percent-encoded), which could lead outside the upstream's base path; send it without.`)

@@ -37,7 +37,7 @@ func timeout(err error) bool {
 // turns errors into *upstreamError.
 type tracingTransport struct {
 	base    http.RoundTripper
-	metrics *metrics
+	observe func(time.Duration) // Hooks.OnUpstream
 }
 
 func (t *tracingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -53,7 +53,7 @@ func (t *tracingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	start := time.Now()
 	res, err := t.base.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
-	t.metrics.upstreamLatency.Observe(time.Since(start).Seconds())
+	t.observe(time.Since(start))
 	if err != nil {
 		return nil, &upstreamError{sent: wrote.Load() && !closedIdle(err), err: err}
 	}

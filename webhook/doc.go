@@ -44,7 +44,9 @@
 //
 // # Metrics
 //
-// idem_webhook_requests_total{result} (an outcome or a slug) and
-// idem_webhook_request_duration_seconds here; idem_inbox_* (outcomes, gaps
-// by mode, compensations, dead letters, retries) from package inbox.
+// Config.Hooks are told of every request's result (an outcome or a slug)
+// and duration; prom.Webhook turns them into
+// idem_webhook_requests_total{result} and
+// idem_webhook_request_duration_seconds, and prom.Inbox the inbox's own
+// (outcomes, gaps by mode, compensations, dead letters, retries).
 package webhook

@@ -10,11 +10,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/inbox"
-	"github.com/idemhq/idem/internal/promreg"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/signature"
@@ -68,10 +65,10 @@ type Config struct {
 	// ProblemBase prefixes problem type URIs. Defaults to
 	// problem.DefaultBase.
 	ProblemBase string
-	// Registerer, when set, receives idem_webhook_requests_total{result}
-	// and idem_webhook_request_duration_seconds. The inbox's own metrics
-	// (outcomes, gaps) are registered by inbox.Config.Registerer.
-	Registerer prometheus.Registerer
+	// Hooks are told of every request's result and duration, for metrics
+	// (prom.Webhook makes Prometheus ones). The inbox's own (outcomes, gaps)
+	// are inbox.Config.Hooks. Defaults to none.
+	Hooks Hooks
 	// Logger receives rejected requests and errors. Defaults to a logger
 	// that discards everything, as every idem package's does.
 	Logger *slog.Logger
@@ -99,11 +96,9 @@ type Response struct {
 // CloudEvent → ownership → inbox and order in one transaction → the
 // processor's apply function → answer.
 type Handler[TX any] struct {
-	p        *inbox.Processor[TX]
-	cfg      Config
-	log      *slog.Logger
-	requests *prometheus.CounterVec
-	duration prometheus.Histogram
+	p   *inbox.Processor[TX]
+	cfg Config
+	log *slog.Logger
 }
 
 // ErrBadConfig is wrapped by the error New returns when a Config field is
@@ -141,21 +136,12 @@ func New[TX any](p *inbox.Processor[TX], cfg *Config) (*Handler[TX], error) {
 	if c.ProblemBase == "" {
 		c.ProblemBase = problem.DefaultBase
 	}
+	if c.Hooks.OnRequest == nil {
+		c.Hooks.OnRequest = func(string, time.Duration) {}
+	}
 	h := &Handler[TX]{p: p, cfg: c, log: c.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
-	}
-	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_webhook_requests_total",
-		Help: "Webhook requests by result: an inbox outcome (processed, duplicate, stale, superseded, parked, dead_lettered) or a problem slug (signature-invalid, event-malformed, store-unavailable, ...).",
-	}, []string{"result"})
-	h.duration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "idem_webhook_request_duration_seconds",
-		Help:    "Time from the request to its answer, including the transaction.",
-		Buckets: prometheus.DefBuckets,
-	})
-	if err := promreg.Register(c.Registerer, "webhook", "Handler", h.requests, h.duration); err != nil {
-		return nil, err
 	}
 	return h, nil
 }
@@ -163,64 +149,63 @@ func New[TX any](p *inbox.Processor[TX], cfg *Config) (*Handler[TX], error) {
 // ServeHTTP implements http.Handler.
 func (h *Handler[TX]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	defer func() { h.duration.Observe(time.Since(start).Seconds()) }()
+	result := h.serve(w, r)
+	h.cfg.Hooks.OnRequest(result, time.Since(start))
+}
+
+// serve answers r and returns the result for Hooks.OnRequest: the inbox
+// outcome or the problem slug.
+func (h *Handler[TX]) serve(w http.ResponseWriter, r *http.Request) string {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		h.problem(w, SlugMethodNotAllowed, http.StatusMethodNotAllowed, "")
-		return
+		return h.problem(w, SlugMethodNotAllowed, http.StatusMethodNotAllowed, "")
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			h.problem(w, SlugBodyTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("the limit is %d bytes", h.cfg.MaxBody))
-			return
+			return h.problem(w, SlugBodyTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("the limit is %d bytes", h.cfg.MaxBody))
 		}
-		h.problem(w, SlugBodyUnreadable, http.StatusBadRequest, err.Error())
-		return
+		return h.problem(w, SlugBodyUnreadable, http.StatusBadRequest, err.Error())
 	}
 	if h.cfg.Verifier != nil {
 		if err := h.cfg.Verifier.Verify(r.Header, body); err != nil {
 			switch {
 			case errors.Is(err, signature.ErrExpired):
-				h.problem(w, SlugSignatureExpired, http.StatusUnauthorized, err.Error())
+				return h.problem(w, SlugSignatureExpired, http.StatusUnauthorized, err.Error())
 			case errors.Is(err, signature.ErrBadSignature):
-				h.problem(w, SlugSignatureInvalid, http.StatusUnauthorized, "")
+				return h.problem(w, SlugSignatureInvalid, http.StatusUnauthorized, "")
 			default:
-				h.problem(w, SlugSignatureMalformed, http.StatusBadRequest, err.Error())
+				return h.problem(w, SlugSignatureMalformed, http.StatusBadRequest, err.Error())
 			}
-			return
 		}
 	}
 	ev, err := event.FromHTTP(r, body, h.cfg.Event)
 	if err != nil {
 		switch {
 		case errors.Is(err, event.ErrNotOwned):
-			h.problem(w, SlugEventNotOwned, http.StatusForbidden, err.Error())
+			return h.problem(w, SlugEventNotOwned, http.StatusForbidden, err.Error())
 		case errors.Is(err, event.ErrBadSequence):
-			h.problem(w, SlugEventBadSequence, http.StatusBadRequest, err.Error())
+			return h.problem(w, SlugEventBadSequence, http.StatusBadRequest, err.Error())
 		default:
-			h.problem(w, SlugEventMalformed, http.StatusBadRequest, err.Error())
+			return h.problem(w, SlugEventMalformed, http.StatusBadRequest, err.Error())
 		}
-		return
 	}
 	res, err := h.p.Process(r.Context(), ev)
 	if err != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(int((h.cfg.RetryAfter+time.Second-1)/time.Second)))
 		switch {
 		case errors.Is(err, inbox.ErrBackpressure):
-			h.problem(w, SlugStreamBacklogFull, http.StatusServiceUnavailable, "")
+			return h.problem(w, SlugStreamBacklogFull, http.StatusServiceUnavailable, "")
 		case errors.Is(err, inbox.ErrUnavailable), r.Context().Err() != nil:
 			h.log.WarnContext(r.Context(), "webhook: event not acknowledged", "source", ev.Source, "id", ev.ID, "error", err)
-			h.problem(w, SlugStoreUnavailable, http.StatusServiceUnavailable, "")
+			return h.problem(w, SlugStoreUnavailable, http.StatusServiceUnavailable, "")
 		default:
 			w.Header().Del("Retry-After")
 			h.log.ErrorContext(r.Context(), "webhook: event failed", "source", ev.Source, "id", ev.ID, "error", err)
-			h.problem(w, SlugInternal, http.StatusInternalServerError, "")
+			return h.problem(w, SlugInternal, http.StatusInternalServerError, "")
 		}
-		return
 	}
-	h.requests.WithLabelValues(res.Outcome.String()).Inc()
 	b, err := json.Marshal(Response{
 		Outcome: res.Outcome.String(), Source: ev.Source, ID: ev.ID,
 		Applied: res.Applied, Gap: res.Gap, DeadLetters: res.DeadLetters, Reason: res.Reason,
@@ -232,9 +217,23 @@ func (h *Handler[TX]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
+	return res.Outcome.String()
 }
 
-func (h *Handler[TX]) problem(w http.ResponseWriter, slug string, status int, detail string) {
-	h.requests.WithLabelValues(slug).Inc()
+// problem answers with the slug's problem and returns the slug.
+func (h *Handler[TX]) problem(w http.ResponseWriter, slug string, status int, detail string) string {
 	problem.Write(w, h.cfg.ProblemBase, slug, status, detail)
+	return slug
+}
+
+// Hooks are called as the handler answers, so that metrics can count what
+// it does without the handler knowing of any metrics library (package prom
+// wires them to Prometheus). Every field may be nil. They are called
+// synchronously on the request's goroutine: keep them fast.
+type Hooks struct {
+	// OnRequest: a request was answered, after d, with result: the inbox
+	// outcome of a 200 (processed, duplicate, stale, superseded, parked,
+	// dead_lettered) or the slug of the problem (signature-invalid,
+	// store-unavailable, ...).
+	OnRequest func(result string, d time.Duration)
 }

@@ -28,11 +28,12 @@ type layer string
 const (
 	command    layer = "command"              // the idem command, its subcommands, the bench tool
 	surface    layer = "HTTP surface"         // the middleware, the proxy, the webhook receiver
+	adapter    layer = "metrics adapter"      // hooks turned into one metrics system's metrics
 	concern    layer = "concern"              // what decides: request keys, inbox, order, outbox, key templates
 	wire       layer = "wire helper"          // formats on the wire: CloudEvents, signatures, problems
 	storeAPI   layer = "store"                // the storage interfaces
 	storeImpl  layer = "store implementation" // one database each
-	machinery  layer = "machinery"            // internal runtime helpers: migrations, metrics registration
+	machinery  layer = "machinery"            // internal runtime helpers: migrations, background loops
 	suite      layer = "conformance suite"    // the storage contract, checked by calling stores alone
 	testClock  layer = "test clock"           // the one test helper the conformance suite uses
 	testHelper layer = "test helper"          // imported by tests only
@@ -49,11 +50,12 @@ var layers = []struct {
 }{
 	{command, []string{"cmd/...", "internal/cli/...", "internal/loadtest"}},
 	{surface, []string{"httpidem", "proxy", "webhook"}},
+	{adapter, []string{"prom"}},
 	{concern, []string{"key", "inbox", "order", "outbox", "keytemplate", "execution", "workflow"}},
 	{wire, []string{"event", "signature", "problem"}},
 	{storeAPI, []string{"store"}},
 	{storeImpl, []string{"store/memstore", "store/sqlitestore", "store/pgstore", "store/redisstore"}},
-	{machinery, []string{"internal/migrate", "internal/promreg", "internal/loop"}},
+	{machinery, []string{"internal/migrate", "internal/loop"}},
 	{suite, []string{"store/storetest"}},
 	{testClock, []string{"internal/testutil/testclock"}}, // before testHelper: a package is in the first layer that names it
 	{testHelper, []string{"store/storetest/...", "internal/testutil/...", "internal/chaos", "internal/hostile",
@@ -73,10 +75,12 @@ type arrows struct {
 // import directly (non-test files). Every import of every package is
 // checked, so nothing reaches further through a chain either.
 var mayImport = []arrows{
-	{command, []layer{command, surface, concern, wire, storeAPI, storeImpl, machinery},
+	{command, []layer{command, adapter, surface, concern, wire, storeAPI, storeImpl, machinery},
 		"commands wire everything together, but never test helpers or examples"},
 	{surface, []layer{concern, wire, storeAPI, machinery},
 		"an HTTP surface is handed its store and builds on the concerns; choosing a store is the command's job, and one surface does not lean on another"},
+	{adapter, []layer{surface, concern, wire},
+		"a metrics adapter reads the hooks and types of the components it counts, and nothing else"},
 	{concern, []layer{concern, wire, storeAPI, machinery},
 		"a concern reaches storage only through package store's interfaces (so every store serves it and shares the caller's transaction) and knows nothing of the HTTP surfaces or the commands"},
 	{wire, nil,
@@ -91,9 +95,9 @@ var mayImport = []arrows{
 		"the conformance suite is the storage contract: it calls stores through package store alone and knows no concern (package flowtest runs those over every store)"},
 	{testClock, nil,
 		"the test clock imports nothing of idem's, so that the conformance suite may use it"},
-	{testHelper, []layer{command, surface, concern, wire, storeAPI, storeImpl, machinery, suite, testClock, testHelper},
+	{testHelper, []layer{command, adapter, surface, concern, wire, storeAPI, storeImpl, machinery, suite, testClock, testHelper},
 		"a test helper may use anything but an example"},
-	{example, []layer{surface, concern, wire, storeAPI, storeImpl},
+	{example, []layer{adapter, surface, concern, wire, storeAPI, storeImpl},
 		"an example uses the public packages only, as a user's program would"},
 }
 
@@ -119,9 +123,11 @@ type ban struct {
 var forbidden = []ban{
 	{[]layer{concern, wire, storeAPI, machinery, suite}, drivers, true,
 		"a database driver belongs to its store implementation"},
+	{[]layer{surface, concern, wire, storeAPI, storeImpl, machinery, suite}, []string{"github.com/prometheus"}, true,
+		"components report through their Hooks, and package prom alone turns them into Prometheus metrics, so a program on another metrics system carries no Prometheus"},
 	{[]layer{concern}, []string{"net/http"}, false,
 		"a concern decides, and HTTP is the surfaces' job (the wire helpers it uses may bring net/http along)"},
-	{[]layer{command, surface, concern, wire, storeAPI, storeImpl, machinery, example}, []string{"testing"}, true,
+	{[]layer{command, adapter, surface, concern, wire, storeAPI, storeImpl, machinery, example}, []string{"testing"}, true,
 		"package testing belongs to tests and test helpers"},
 	{[]layer{example}, []string{module + "/internal"}, false,
 		"an example uses the public packages only, as a user's program would"},
@@ -187,7 +193,9 @@ func TestRulesCatch(t *testing.T) {
 	m := func(rel string) string { return strings.TrimSuffix(module+"/"+rel, "/") }
 	pkgs := []pkg{
 		p(m("key"), []string{m("store"), m("store/pgstore")}),                                                                   // concern → store implementation
-		p(m("order"), []string{m("internal/promreg")}, "github.com/jackc/pgx/v5"),                                               // concern reaching a driver
+		p(m("order"), []string{m("internal/loop")}, "github.com/jackc/pgx/v5"),                                                  // concern reaching a driver
+		p(m("outbox"), []string{m("store")}, "github.com/prometheus/client_golang/prometheus"),                                  // concern reaching Prometheus
+		p(m("prom"), []string{m("inbox"), m("store/sqlitestore")}),                                                              // adapter → store implementation
 		p(m("inbox"), []string{"net/http", m("order")}),                                                                         // concern → net/http
 		p(m("store/sqlitestore"), []string{m("store"), m("inbox")}),                                                             // store implementation → concern
 		p(m("store/pgstore"), []string{m("store"), m("webhook")}),                                                               // store implementation → surface
@@ -202,6 +210,8 @@ func TestRulesCatch(t *testing.T) {
 	want := []string{
 		"key imports " + m("store/pgstore"),
 		"order reaches github.com/jackc/pgx/v5",
+		"outbox reaches github.com/prometheus/client_golang/prometheus",
+		"prom imports " + m("store/sqlitestore"),
 		"inbox imports net/http",
 		"store/sqlitestore imports " + m("inbox"),
 		"store/pgstore imports " + m("webhook"),
@@ -238,7 +248,7 @@ func TestAPICatch(t *testing.T) {
 
 import (
 	"github.com/idemhq/idem/internal/migrate"
-	m2 "github.com/idemhq/idem/internal/promreg"
+	m2 "github.com/idemhq/idem/internal/loop"
 )
 
 func Migrate() ([]migrate.Result, error) { return nil, nil }  // exposed
@@ -259,7 +269,7 @@ var Applied []migrate.Result                                    // exposed
 	vs, err := apiViolations([]pkg{
 		{ImportPath: module + "/store/x", Name: "x", Dir: dir, GoFiles: []string{"x.go"}},
 		{ImportPath: module + "/internal/migrate", Name: "migrate"},
-		{ImportPath: module + "/internal/promreg", Name: "promreg"},
+		{ImportPath: module + "/internal/loop", Name: "loop"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/key"
+	"github.com/idemhq/idem/prom"
 	"github.com/idemhq/idem/proxy"
 )
 
@@ -200,6 +201,10 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := prom.Proxy(reg)
+	if err != nil {
+		return err
+	}
 	p, err := proxy.New(&proxy.Config{
 		Upstream:           upstream,
 		Store:              st,
@@ -216,12 +221,13 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 		RecordTimeout:      f.recordTimeout,
 		BodyTimeout:        f.bodyTimeout,
 		MemoryBudget:       int64(f.memoryBudget),
-		Registerer:         reg,
+		Hooks:              metrics.Hooks,
 		Logger:             logger,
 	})
 	if err != nil {
 		return usageError{err}
 	}
+	metrics.Watch(p)
 
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
