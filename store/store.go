@@ -254,4 +254,20 @@ type TxStore[TX any] interface {
 	// too. Returns ErrFenced when the fence does not match; the caller must
 	// then roll back its business writes.
 	CompleteTx(ctx context.Context, tx TX, p CompleteParams) error
+
+	// BeginTx begins a transaction that the caller ends with CommitTx or
+	// RollbackTx: always exactly one of them, since a store may hold a lock
+	// until then (SQLite's one writer). InTx is BeginTx, fn, then CommitTx
+	// or RollbackTx. It is for work that must commit while it goes on (the
+	// HTTP middleware commits a handler's writes when its response outgrows
+	// what is stored, then streams the rest), which a closure cannot do.
+	// If ctx ends first, the transaction is rolled back; RollbackTx must
+	// still be called.
+	BeginTx(ctx context.Context) (TX, error)
+	// CommitTx commits tx. An error leaves the outcome unknown, as InTx's
+	// does: resolve it by reading, never by running the work again.
+	CommitTx(ctx context.Context, tx TX) error
+	// RollbackTx rolls tx back, even if ctx has ended. It is harmless on a
+	// transaction that ended already (its context did).
+	RollbackTx(ctx context.Context, tx TX) error
 }

@@ -24,33 +24,56 @@ const rollbackTimeout = 10 * time.Second
 // running fn again. The one exception is pgx.ErrTxCommitRollback (wrapped):
 // a statement in fn had failed, so the server rolled everything back.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
+	tx, err := s.BeginTx(ctx)
 	if err != nil {
-		return fmt.Errorf("idem/pgstore: begin: %w", err)
+		return err
 	}
 	committing := false
 	defer func() {
-		if committing {
-			return
-		}
-		// fn returned an error or panicked. Roll back even if ctx is done,
-		// so that the connection is returned to the pool clean.
-		rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer cancel()
-		if rbErr := tx.Rollback(rbCtx); rbErr != nil {
-			s.logger.WarnContext(ctx, "idem/pgstore: rollback failed", slog.Any("error", rbErr))
+		if !committing { // fn returned an error or panicked
+			_ = s.RollbackTx(ctx, tx)
 		}
 	}()
 	if err := fn(ctx, tx); err != nil {
 		return err
 	}
 	committing = true
+	return s.CommitTx(ctx, tx)
+}
+
+// BeginTx begins a transaction as InTx does, for the caller to end with
+// CommitTx or RollbackTx (one of them, always: the transaction holds a
+// pooled connection until then).
+func (s *Store) BeginTx(ctx context.Context) (pgx.Tx, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// CommitTx commits tx. An error leaves the outcome unknown (the server may
+// have committed before the connection failed): resolve it with Get. The
+// one exception is pgx.ErrTxCommitRollback (wrapped): a statement in the
+// transaction had failed, so the server rolled everything back.
+func (s *Store) CommitTx(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
 		if errors.Is(err, pgx.ErrTxCommitRollback) {
-			// A statement in fn failed and fn went on: nothing committed.
 			return fmt.Errorf("idem/pgstore: commit: the transaction had failed and was rolled back: %w", err)
 		}
 		return fmt.Errorf("idem/pgstore: commit (outcome unknown): %w", err)
+	}
+	return nil
+}
+
+// RollbackTx rolls tx back even if ctx is done, so that the connection
+// goes back to the pool clean.
+func (s *Store) RollbackTx(ctx context.Context, tx pgx.Tx) error {
+	rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if err := tx.Rollback(rbCtx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		s.logger.WarnContext(ctx, "idem/pgstore: rollback failed", slog.Any("error", err))
+		return fmt.Errorf("idem/pgstore: rollback: %w", err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemhq/idem/internal/migrate"
@@ -35,6 +36,9 @@ type Store struct {
 	// busyTimeout bounds the wait for writer, read from the handle's
 	// PRAGMA busy_timeout so that both waits give up alike.
 	busyTimeout time.Duration
+	// open maps each transaction of BeginTx to the function that gives
+	// its writer turn back (*sql.Tx → func()).
+	open sync.Map
 }
 
 var _ store.TxStore[*sql.Tx] = (*Store)(nil)

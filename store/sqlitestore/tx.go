@@ -39,34 +39,107 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 
 // inTx is InTx without the package prefix on its own errors.
 func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	unlock, err := s.lockWrite(ctx)
+	tx, err := s.beginTx(ctx)
 	if err != nil {
 		return err
 	}
-	defer unlock()
-
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", interpretError(err))
-	}
 	done := false
 	defer func() {
-		if done {
-			return
-		}
-		// fn failed or panicked: undo its writes. ErrTxDone means the
-		// context ended and database/sql already rolled back.
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-			s.logger.Error("sqlitestore: rollback failed", "error", rbErr)
+		if !done { // fn failed or panicked: undo its writes
+			s.rollbackTx(tx)
 		}
 	}()
-
 	if err := fn(ctx, tx); err != nil {
 		return err
 	}
 	done = true
-	if err := tx.Commit(); err != nil {
+	return s.commitTx(tx)
+}
+
+// BeginTx begins a transaction as InTx does (BEGIN IMMEDIATE, in this
+// store's writer turn), for the caller to end with CommitTx or RollbackTx:
+// always one of them, since every other write of the store waits until
+// then.
+func (s *Store) BeginTx(ctx context.Context) (*sql.Tx, error) {
+	tx, err := s.beginTx(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	return tx, nil
+}
+
+// CommitTx commits a transaction from BeginTx and gives the writer turn
+// back. An error leaves the outcome unknown: resolve it with Get.
+func (s *Store) CommitTx(_ context.Context, tx *sql.Tx) error {
+	if err := s.commitTx(tx); err != nil {
+		return fmt.Errorf("sqlitestore: %w", err)
+	}
+	return nil
+}
+
+// RollbackTx rolls back a transaction from BeginTx and gives the writer
+// turn back.
+func (s *Store) RollbackTx(_ context.Context, tx *sql.Tx) error {
+	if err := s.rollbackTx(tx); err != nil {
+		return fmt.Errorf("sqlitestore: %w", err)
+	}
+	return nil
+}
+
+// beginTx takes the writer turn and begins; the turn is given back by
+// commitTx or rollbackTx.
+func (s *Store) beginTx(ctx context.Context) (*sql.Tx, error) {
+	unlock, err := s.lockWrite(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("begin: %w", interpretError(err))
+	}
+	s.open.Store(tx, unlock)
+	return tx, nil
+}
+
+// end gives back the writer turn of tx, and reports whether tx was begun
+// by beginTx and not ended yet.
+func (s *Store) end(tx *sql.Tx) bool {
+	unlock, ok := s.open.LoadAndDelete(tx)
+	if ok {
+		unlock.(func())()
+	}
+	return ok
+}
+
+var errNotBegun = errors.New("the transaction was not begun by BeginTx, or has ended")
+
+func (s *Store) commitTx(tx *sql.Tx) error {
+	if tx == nil {
+		return errNotBegun
+	}
+	err := tx.Commit()
+	if !s.end(tx) {
+		return errNotBegun
+	}
+	if err != nil {
 		return fmt.Errorf("commit (outcome unknown: read the record again): %w", interpretError(err))
+	}
+	return nil
+}
+
+func (s *Store) rollbackTx(tx *sql.Tx) error {
+	if tx == nil {
+		return errNotBegun
+	}
+	// ErrTxDone: the context ended and database/sql already rolled back.
+	err := tx.Rollback()
+	if !s.end(tx) {
+		return errNotBegun
+	}
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		s.logger.Error("sqlitestore: rollback failed", "error", err)
+		return fmt.Errorf("rollback: %w", err)
 	}
 	return nil
 }

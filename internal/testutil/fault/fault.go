@@ -25,6 +25,9 @@ const (
 	Get         Op = "get"
 	Sweep       Op = "sweep"
 	InTx        Op = "in_tx"
+	BeginTx     Op = "begin_tx"
+	CommitTx    Op = "commit_tx"
+	RollbackTx  Op = "rollback_tx"
 )
 
 // Mode says how a call fails.
@@ -131,8 +134,9 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 
 func (s *Store) Capabilities() store.Capabilities { return s.inner.Capabilities() }
 
-// TxStore wraps a store.TxStore with a Plan; InTx with After commits, then
-// fails, as a lost answer to COMMIT does.
+// TxStore wraps a store.TxStore with a Plan; InTx and CommitTx with After
+// commit, then fail, as a lost answer to COMMIT does. BeginTx with After
+// begins and rolls back, then fails.
 type TxStore[TX any] struct {
 	*Store
 	inner store.TxStore[TX]
@@ -147,6 +151,43 @@ func WrapTx[TX any](s store.TxStore[TX]) *TxStore[TX] {
 
 func (s *TxStore[TX]) InTx(ctx context.Context, fn func(ctx context.Context, tx TX) error) error {
 	_, err := call(s.Store, InTx, func() (struct{}, error) { return struct{}{}, s.inner.InTx(ctx, fn) })
+	return err
+}
+
+func (s *TxStore[TX]) BeginTx(ctx context.Context) (TX, error) {
+	var zero TX
+	switch s.Store.mode(BeginTx) {
+	case Before:
+		return zero, ErrInjected
+	case After:
+		tx, err := s.inner.BeginTx(ctx)
+		if err == nil {
+			_ = s.inner.RollbackTx(ctx, tx)
+		}
+		return zero, ErrInjected
+	}
+	return s.inner.BeginTx(ctx)
+}
+
+func (s *TxStore[TX]) CommitTx(ctx context.Context, tx TX) error {
+	m := s.Store.mode(CommitTx)
+	if m == Before {
+		// The transaction must still end: roll it back, as a COMMIT that
+		// never reached the server leaves it to.
+		_ = s.inner.RollbackTx(ctx, tx)
+		return ErrInjected
+	}
+	if err := s.inner.CommitTx(ctx, tx); err != nil {
+		return err
+	}
+	if m == After {
+		return ErrInjected
+	}
+	return nil
+}
+
+func (s *TxStore[TX]) RollbackTx(ctx context.Context, tx TX) error {
+	_, err := call(s.Store, RollbackTx, func() (struct{}, error) { return struct{}{}, s.inner.RollbackTx(ctx, tx) })
 	return err
 }
 
