@@ -164,41 +164,18 @@ type claim struct {
 //
 // If fn panics, the claim is released and the panic continues.
 func (g *Guard) Do(ctx context.Context, req Request, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
-	c, res, err := g.claim(ctx, req)
-	if c == nil {
+	cl, res, err := g.Claim(ctx, req)
+	if cl == nil {
 		return res, err
 	}
-	resp, ferr := g.run(ctx, c, fn)
+	resp, ferr := cl.run(fn)
 	if ferr != nil {
-		return res, g.fail(ctx, c, ferr)
+		return res, cl.Fail(ctx, ferr)
 	}
-	res.Response = resp
-	// The operation ran: record it even if the caller's context has ended
-	// (a client that went away), or the key would stay held and the next
-	// retry after the lease would run the operation again.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	p := store.CompleteParams{Fence: c.fence, Response: resp, Retention: g.cfg.Retention}
-	err = g.store.Complete(ctx, p)
-	if err == nil {
-		g.local.drop(c)
-		return res, nil
-	}
-	if errors.Is(err, store.ErrFenced) {
-		g.local.drop(c)
-		return res, fmt.Errorf("complete: %w", ErrFenced)
-	}
-	// The completion may have been written although we saw an error. Read
-	// it back; never run fn again to find out.
-	err = g.resolveComplete(ctx, p, err)
-	if !errors.Is(err, ErrUnavailable) {
-		g.local.drop(c)
-		return res, err
-	}
-	// The store is failing and the effect happened: keep the key held and
-	// keep trying, so that the first write after recovery records it.
-	g.keepRecording(c, "complete", func(ctx context.Context) error { return g.store.Complete(ctx, p) }, g.cfg.Lease)
-	return res, fmt.Errorf("%w (%w)", err, ErrRecording)
+	// The operation ran: Complete records it even if the caller's context
+	// has ended (a client that went away), or the key would stay held and
+	// the next retry after the lease would run the operation again.
+	return cl.Complete(ctx, resp)
 }
 
 // claim asks the store for the key. It returns a non-nil claim when the
@@ -257,20 +234,6 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 		return nil, res, ErrInFlight
 	}
 	return nil, Result{Outcome: OutcomeUnavailable}, fmt.Errorf("%w: claim refused in state %v", ErrUnavailable, rec.State)
-}
-
-// run calls fn while a heartbeat keeps the lease alive. A panic in fn
-// releases the claim and continues.
-func (g *Guard) run(ctx context.Context, c *claim, fn func(context.Context) ([]byte, error)) (resp []byte, err error) {
-	ctx, stop := g.heartbeat(ctx, c)
-	defer stop()
-	defer func() {
-		if p := recover(); p != nil {
-			g.release(ctx, c)
-			panic(p)
-		}
-	}()
-	return fn(ctx)
 }
 
 // heartbeat extends c's lease every Config.Heartbeat until stop is called.

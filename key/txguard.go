@@ -2,7 +2,6 @@ package key
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/idemhq/idem/store"
@@ -29,12 +28,6 @@ func NewTx[TX any](ts store.TxStore[TX], cfg *Config) (*TxGuard[TX], error) {
 	return &TxGuard[TX]{Guard: g, ts: ts}, nil
 }
 
-// opError carries fn's own error out of the transaction, so that it is told
-// apart from the store's.
-type opError struct{ err error }
-
-func (e opError) Error() string { return e.err.Error() }
-
 // DoTx is Do with fn running inside a transaction: fn's writes through tx
 // and the stored response commit together. Outcomes and errors are Do's,
 // with one difference: whenever DoTx returns an error with OutcomeExecuted,
@@ -42,63 +35,29 @@ func (e opError) Error() string { return e.err.Error() }
 // record could not be read back, their fate is unknown and the key stays
 // claimed until its lease ends; the error then wraps ErrUnavailable).
 func (g *TxGuard[TX]) DoTx(ctx context.Context, req Request, fn func(ctx context.Context, tx TX) ([]byte, error)) (Result, error) {
-	c, res, err := g.claim(ctx, req)
-	if c == nil {
+	cl, res, err := g.ClaimTx(ctx, req)
+	if cl == nil {
 		return res, err
 	}
-	p := store.CompleteParams{Fence: c.fence, Retention: g.cfg.Retention}
-	err = func() error {
-		hctx, stop := g.heartbeat(ctx, c)
-		defer stop()
-		defer func() {
-			if r := recover(); r != nil {
-				g.release(ctx, c)
-				panic(r)
-			}
-		}()
-		return g.ts.InTx(hctx, func(ctx context.Context, tx TX) error {
-			resp, ferr := fn(ctx, tx)
-			if ferr != nil {
-				return opError{ferr}
-			}
-			p.Response = resp
-			return g.ts.CompleteTx(ctx, tx, p)
-		})
+	tx, err := cl.Begin()
+	if err != nil {
+		return res, err
+	}
+	resp, ferr := cl.runTx(tx, fn)
+	if ferr != nil {
+		return res, cl.Rollback(ctx, tx, ferr)
+	}
+	return cl.Commit(ctx, tx, resp)
+}
+
+// runTx calls fn in tx with the claim's context. A panic in fn rolls tx
+// back, releases the claim, and continues.
+func (c *TxClaim[TX]) runTx(tx TX, fn func(context.Context, TX) ([]byte, error)) ([]byte, error) {
+	defer func() {
+		if p := recover(); p != nil {
+			_ = c.Rollback(c.ctx, tx, fmt.Errorf("key: operation panicked: %v", p))
+			panic(p)
+		}
 	}()
-	var oe opError
-	if !errors.As(err, &oe) {
-		// Every path but fn's own error settles here: the commit landed,
-		// was fenced, or (read back below) did not happen, or its fate is
-		// unknown and the lease decides. None has an effect outside the
-		// transaction to record, so the process stops holding the key.
-		defer g.local.drop(c)
-	}
-	switch {
-	case err == nil:
-		res.Response = p.Response
-		return res, nil
-	case errors.As(err, &oe):
-		return res, g.fail(ctx, c, oe.err)
-	case errors.Is(err, store.ErrFenced):
-		return res, fmt.Errorf("complete: %w", ErrFenced)
-	}
-	// Begin, CompleteTx or commit failed: the transaction may or may not
-	// have committed. The record says which, even if the caller's context
-	// has ended meanwhile.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	rec, gerr := g.store.Get(ctx, c.fence.Key)
-	switch {
-	case gerr != nil:
-		return res, fmt.Errorf("%w: commit: %w (and reading back: %w)", ErrUnavailable, err, gerr)
-	case rec.State == store.StateDone && rec.Epoch == c.fence.Epoch && rec.Owner == c.fence.Owner:
-		res.Response = p.Response
-		return res, nil
-	case rec.Epoch != c.fence.Epoch || rec.Owner != c.fence.Owner:
-		return res, fmt.Errorf("commit: %w", ErrFenced)
-	}
-	// Still ours and not done: nothing committed. Release is fenced on the
-	// processing state, so it cannot undo a commit that lands late.
-	g.release(ctx, c)
-	return res, fmt.Errorf("%w: commit: %w", ErrUnavailable, err)
+	return fn(c.ctx, tx)
 }

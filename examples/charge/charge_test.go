@@ -136,8 +136,8 @@ type commitSignal struct {
 	committed chan struct{}
 }
 
-func (s *commitSignal) InTx(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
-	err := s.Store.InTx(ctx, fn)
+func (s *commitSignal) CommitTx(ctx context.Context, tx *sql.Tx) error {
+	err := s.Store.CommitTx(ctx, tx)
 	if err == nil {
 		s.once.Do(func() { close(s.committed) })
 	}

@@ -114,7 +114,7 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		var takeover store.ClaimResult
 		var takeoverErr error
 		b.ts.SetPlan(func(op fault.Op) fault.Mode {
-			if op == fault.InTx {
+			if op == fault.BeginTx {
 				b.clock.Advance(testLease)
 				takeover, takeoverErr = b.raw.Claim(ctx, store.ClaimParams{Key: r.Scope.StoreKey(),
 					Fingerprint: r.Fingerprint, Owner: "second", Lease: testLease, Retention: testRetention})
@@ -134,7 +134,7 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 	t.Run("CommitAnswerLostResolvedByReading", func(t *testing.T) {
 		t.Parallel()
 		b := setupTx(t)
-		b.ts.SetPlan(fault.Once(fault.After, fault.InTx))
+		b.ts.SetPlan(fault.Once(fault.After, fault.CommitTx))
 		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
 		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
 		if string(res.Response) != "paid" {
@@ -164,13 +164,40 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		}
 	})
 
+	// A transaction that never began, or whose COMMIT never reached the
+	// database: nothing committed, the claim is released, and the retry
+	// runs now, once.
+	for _, tc := range []struct {
+		name string
+		plan fault.Plan
+	}{
+		{"BeginFailsNothingRuns", fault.Once(fault.Before, fault.BeginTx)},
+		{"CommitNotSentNothingCommits", fault.Once(fault.Before, fault.CommitTx)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupTx(t)
+			b.ts.SetPlan(tc.plan)
+			res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
+			mustOutcome(t, res, err, key.OutcomeExecuted, key.ErrUnavailable)
+			if charges(t, b.ledger, "order-1") != 0 {
+				t.Fatal("write committed without its record")
+			}
+			res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
+			mustOutcome(t, res, err, key.OutcomeExecuted, nil)
+			if charges(t, b.ledger, "order-1") != 1 {
+				t.Fatalf("charges %d", charges(t, b.ledger, "order-1"))
+			}
+		})
+	}
+
 	t.Run("StoreDownRunsNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setupTx(t)
 		b.ts.SetPlan(fault.Always(fault.Before, fault.Claim, fault.Get))
 		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
 		mustOutcome(t, res, err, key.OutcomeUnavailable, key.ErrUnavailable)
-		if b.ts.Calls(fault.InTx) != 0 || charges(t, b.ledger, "order-1") != 0 {
+		if b.ts.Calls(fault.BeginTx) != 0 || charges(t, b.ledger, "order-1") != 0 {
 			t.Fatal("operation ran without a claim")
 		}
 	})
