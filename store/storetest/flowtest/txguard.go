@@ -147,31 +147,15 @@ func exerciseTxGuard[TX any](t *testing.T, open storetest.Open[TX]) {
 		}
 	})
 
-	t.Run("CompleteFailsNothingCommits", func(t *testing.T) {
-		t.Parallel()
-		b := setupTx(t)
-		b.ts.SetPlan(fault.Once(fault.Before, fault.CompleteTx))
-		res, err := b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.OutcomeExecuted, key.ErrUnavailable)
-		if charges(t, b.ledger, "order-1") != 0 {
-			t.Fatal("write committed without its record")
-		}
-		// Nothing committed, so the claim was released: the retry runs now.
-		res, err = b.guard.DoTx(ctx, req("alice", "charge", "k1", "100"), charge(b, "order-1", "paid"))
-		mustOutcome(t, res, err, key.OutcomeExecuted, nil)
-		if charges(t, b.ledger, "order-1") != 1 {
-			t.Fatalf("charges %d", charges(t, b.ledger, "order-1"))
-		}
-	})
-
-	// A transaction that never began, or whose COMMIT never reached the
-	// database: nothing committed, the claim is released, and the retry
-	// runs now, once.
+	// A transaction that never began, whose completion failed, or whose
+	// COMMIT never reached the database: nothing committed, so the claim
+	// was released, and the retry runs now, once.
 	for _, tc := range []struct {
 		name string
 		plan fault.Plan
 	}{
 		{"BeginFailsNothingRuns", fault.Once(fault.Before, fault.BeginTx)},
+		{"CompleteFailsNothingCommits", fault.Once(fault.Before, fault.CompleteTx)},
 		{"CommitNotSentNothingCommits", fault.Once(fault.Before, fault.CommitTx)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
