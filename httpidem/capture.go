@@ -1,6 +1,7 @@
 package httpidem
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -35,7 +36,8 @@ type capture struct {
 	w         http.ResponseWriter // the client's
 	r         *http.Request       // the request as it came (for OnOutcome)
 	st        *reqState
-	ex        *exchange
+	sess      session
+	settleCtx context.Context // the claim's parent: not ended by the client going away
 	stopFence func() bool
 
 	h           http.Header // what Header returns
@@ -46,7 +48,7 @@ type capture struct {
 	max         int
 	charge      *charge // the buffer's share of the memory budget
 
-	handedOver bool // fn has returned: the guard has settled the key
+	handedOver bool // the key is settled
 	streaming  bool // the rest of the body goes straight to w
 	discard    bool // 503 was sent instead; the handler's writes are dropped
 }
@@ -90,8 +92,8 @@ func (c *capture) Write(p []byte) (int, error) {
 	// The body outgrows MaxResponse: settle the key first (the marker),
 	// then send what was buffered and stream the rest.
 	msg, o := c.decide(true)
-	if d := c.hand(msg); !accepted(d, msg) {
-		c.failed(d.err)
+	if err := c.settle(msg); !accepted(err, msg) {
+		c.failed(err)
 		return 0, errDiscarded
 	}
 	c.sendHead(false)
@@ -122,8 +124,8 @@ func (c *capture) finish() {
 		c.snap.Set("Content-Type", http.DetectContentType(c.buf))
 	}
 	msg, o := c.decide(false)
-	if d := c.hand(msg); !accepted(d, msg) {
-		c.failed(d.err)
+	if err := c.settle(msg); !accepted(err, msg) {
+		c.failed(err)
 		return
 	}
 	c.sendHead(true)
@@ -134,7 +136,14 @@ func (c *capture) finish() {
 	c.m.outcome(c.r, o)
 }
 
-// decide says what fn returns to the guard for the response so far.
+// handled is how a guarded request settles its key: with the response to
+// store, or with an error (released, or held as unknown).
+type handled struct {
+	resp []byte
+	err  error
+}
+
+// decide says how the key is settled for the response so far.
 func (c *capture) decide(overflow bool) (handled, Outcome) {
 	switch cause := c.st.unknownCause(); {
 	case cause != nil:
@@ -166,21 +175,23 @@ func (c *capture) keep() []string {
 	})
 }
 
-// hand gives fn its answer and waits for the guard to settle the key.
-func (c *capture) hand(msg handled) guardDone {
+// settle settles the key as msg says, in the request's goroutine, and
+// returns the session's error.
+func (c *capture) settle(msg handled) error {
 	c.stopFence()
-	c.ex.handled <- msg
-	d := <-c.ex.done
 	c.handedOver = true
-	return d
+	if msg.err != nil {
+		return c.sess.fail(c.settleCtx, msg.err)
+	}
+	return c.sess.complete(c.settleCtx, msg.resp)
 }
 
-// accepted reports whether the guard settled the key as msg asked: a nil
-// error for a stored response, or fn's own error back (released, or kept
-// as unknown). Anything else means the store failed or the claim was lost,
+// accepted reports whether the key was settled as msg asked: a nil error
+// for a stored response, or msg's own error back (released, or kept as
+// unknown). Anything else means the store failed or the claim was lost,
 // and (in a transaction) the handler's writes were rolled back.
-func accepted(d guardDone, msg handled) bool {
-	return d.err == nil || (msg.err != nil && errors.Is(d.err, msg.err))
+func accepted(err error, msg handled) bool {
+	return err == nil || (msg.err != nil && errors.Is(err, msg.err))
 }
 
 // failed answers 503 in place of a response whose outcome could not be

@@ -21,9 +21,48 @@ import (
 type Middleware struct {
 	s      settings
 	budget *budget
-	// run is the guard: Guard.Do or TxGuard.DoTx, with fn's tx as any.
-	run func(ctx context.Context, req key.Request, fn func(ctx context.Context, tx any) ([]byte, error)) (key.Result, error)
+	// claim asks the guard for a request's key: a session when the request
+	// holds it, otherwise what to answer.
+	claim func(ctx context.Context, req key.Request) (session, key.Result, error)
 }
+
+// session is a claimed request's key, settled once: complete with the
+// response to store, or fail with the handler's error (released, or held
+// as unknown). With NewTx it also holds the handler's transaction, which
+// settling commits or rolls back.
+type session interface {
+	// context is the claim's: cancelled with key.ErrFenced if it is lost.
+	context() context.Context
+	// tx is the transaction TxFrom returns, or nil.
+	tx() any
+	complete(ctx context.Context, resp []byte) error
+	fail(ctx context.Context, err error) error
+}
+
+// plain is the session of New: a key.Claim.
+type plain struct{ *key.Claim }
+
+func (s plain) context() context.Context { return s.Context() }
+func (s plain) tx() any                  { return nil }
+func (s plain) complete(ctx context.Context, resp []byte) error {
+	_, err := s.Complete(ctx, resp)
+	return err
+}
+func (s plain) fail(ctx context.Context, err error) error { return s.Fail(ctx, err) }
+
+// inTx is the session of NewTx: a key.TxClaim and its transaction.
+type inTx[TX any] struct {
+	cl *key.TxClaim[TX]
+	t  TX
+}
+
+func (s inTx[TX]) context() context.Context { return s.cl.Context() }
+func (s inTx[TX]) tx() any                  { return s.t }
+func (s inTx[TX]) complete(ctx context.Context, resp []byte) error {
+	_, err := s.cl.Commit(ctx, s.t, resp)
+	return err
+}
+func (s inTx[TX]) fail(ctx context.Context, err error) error { return s.cl.Rollback(ctx, s.t, err) }
 
 // New returns middleware over g, for handlers whose effects are not written
 // in the store's database (or that need no transaction).
@@ -35,8 +74,12 @@ func New(g *key.Guard, cfg *Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{s: s, budget: &budget{limit: s.MemoryBudget}, run: func(ctx context.Context, req key.Request, fn func(context.Context, any) ([]byte, error)) (key.Result, error) {
-		return g.Do(ctx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, nil) })
+	return &Middleware{s: s, budget: &budget{limit: s.MemoryBudget}, claim: func(ctx context.Context, req key.Request) (session, key.Result, error) {
+		cl, res, err := g.Claim(ctx, req)
+		if cl == nil {
+			return nil, res, err
+		}
+		return plain{cl}, res, nil
 	}}, nil
 }
 
@@ -52,8 +95,16 @@ func NewTx[TX any](g *key.TxGuard[TX], cfg *Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{s: s, budget: &budget{limit: s.MemoryBudget}, run: func(ctx context.Context, req key.Request, fn func(context.Context, any) ([]byte, error)) (key.Result, error) {
-		return g.DoTx(ctx, req, func(ctx context.Context, tx TX) ([]byte, error) { return fn(ctx, tx) })
+	return &Middleware{s: s, budget: &budget{limit: s.MemoryBudget}, claim: func(ctx context.Context, req key.Request) (session, key.Result, error) {
+		cl, res, err := g.ClaimTx(ctx, req)
+		if cl == nil {
+			return nil, res, err
+		}
+		tx, err := cl.Begin() // on failure the claim is released: answered 503
+		if err != nil {
+			return nil, res, err
+		}
+		return inTx[TX]{cl, tx}, res, nil
 	}}, nil
 }
 
@@ -229,69 +280,32 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, ch *charge
 	}
 }
 
-// exchange connects the request's goroutine, which runs the handler, with
-// the goroutine that runs the guard, whose fn waits while the handler runs.
-// Running the guard beside the handler (instead of the handler inside fn)
-// lets the middleware complete the key in the middle of the handler, when
-// its response outgrows MaxResponse, before any byte of it is sent; and
-// the handler keeps the request's goroutine, so a panic unwinds as usual.
-type exchange struct {
-	claimed chan claimed   // guard → request: the key is ours
-	handled chan handled   // request → guard: what fn returns
-	done    chan guardDone // guard → request: what the guard returned
-}
-
-type claimed struct {
-	ctx context.Context // fn's context: cancelled with key.ErrFenced if the claim is lost
-	tx  any
-}
-
-type handled struct {
-	resp []byte
-	err  error
-}
-
-type guardDone struct {
-	res key.Result
-	err error
-}
-
-// errNotStored is fn's error for a response that is not stored: the guard
-// releases the claim (and rolls a transaction back).
+// errNotStored is the session's failure for a response that is not
+// stored: the claim is released (and a transaction rolled back).
 var errNotStored = errors.New("httpidem: response status is not stored")
 
-// errHandlerPanicked is fn's error when the handler panicked.
+// errHandlerPanicked is the session's failure when the handler panicked.
 var errHandlerPanicked = errors.New("httpidem: handler panicked")
 
 func (m *Middleware) guarded(w http.ResponseWriter, r *http.Request, h http.Handler, req key.Request, body []byte) {
-	ex := &exchange{claimed: make(chan claimed), handled: make(chan handled), done: make(chan guardDone, 1)}
-	// The guard's context does not end with the client's connection: a
+	// The claim's context does not end with the client's connection: a
 	// claim whose handler ran must be completed (or released) even if the
 	// client has gone.
 	gctx := context.WithoutCancel(r.Context())
-	go func() {
-		res, err := m.run(gctx, req, func(ctx context.Context, tx any) ([]byte, error) {
-			ex.claimed <- claimed{ctx: ctx, tx: tx}
-			h := <-ex.handled
-			return h.resp, h.err
-		})
-		ex.done <- guardDone{res, err}
-	}()
-	var c claimed
-	select {
-	case c = <-ex.claimed:
-	case d := <-ex.done:
-		m.answer(w, r, d.res, d.err)
+	sess, res, err := m.claim(gctx, req)
+	if sess == nil {
+		m.answer(w, r, res, err)
 		return
 	}
 
-	st := &reqState{tx: c.tx}
+	st := &reqState{tx: sess.tx()}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), stateKey{}, st))
 	defer cancel(nil)
 	// If the heartbeat finds the claim taken over, the handler's context
 	// ends with key.ErrFenced, so it can stop before doing more harm.
-	stopFence := context.AfterFunc(c.ctx, func() {
-		if cause := context.Cause(c.ctx); errors.Is(cause, key.ErrFenced) {
+	cctx := sess.context()
+	stopFence := context.AfterFunc(cctx, func() {
+		if cause := context.Cause(cctx); errors.Is(cause, key.ErrFenced) {
 			cancel(cause)
 		}
 	})
@@ -305,7 +319,7 @@ func (m *Middleware) guarded(w http.ResponseWriter, r *http.Request, h http.Hand
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	cw := &capture{
-		m: m, w: w, r: r, st: st, ex: ex, stopFence: stopFence,
+		m: m, w: w, r: r, st: st, sess: sess, settleCtx: gctx, stopFence: stopFence,
 		h: w.Header().Clone(), max: int(m.s.MaxResponse), charge: &charge{b: m.budget},
 	}
 	defer cw.charge.done()
@@ -328,11 +342,11 @@ func (m *Middleware) execute(cw *capture, h http.Handler, r *http.Request) {
 	defer func() {
 		if !returned && !cw.handedOver {
 			if cause := cw.st.unknownCause(); cause != nil {
-				cw.hand(handled{err: key.MarkUnknown(fmt.Errorf("%w (then the handler panicked)", cause))})
+				cw.settle(handled{err: key.MarkUnknown(fmt.Errorf("%w (then the handler panicked)", cause))})
 				m.outcome(cw.r, OutcomeMarkedUnknown)
 				return
 			}
-			cw.hand(handled{err: errHandlerPanicked})
+			cw.settle(handled{err: errHandlerPanicked})
 			m.outcome(cw.r, OutcomeReleased)
 		}
 	}()
