@@ -65,7 +65,9 @@
 // Package key runs an operation at most once per (principal, operation,
 // idempotency key) and replays its first result: Guard.Do for any store,
 // TxGuard.DoTx to commit the operation's own writes together with the
-// stored result, so that a local effect happens exactly once. Outcomes are
+// stored result, so that a local effect happens exactly once; Guard.Claim
+// and TxGuard.ClaimTx are the same in two steps, for callers that cannot
+// run the operation inside a closure. Outcomes are
 // OutcomeExecuted, OutcomeReplayed, OutcomeInFlight, OutcomeUnknown,
 // OutcomeConflict and OutcomeUnavailable (the store did not confirm a
 // claim: nothing ran). key/doc.go draws the

@@ -13,6 +13,14 @@
 // PostgreSQL), so that its business writes and the stored response commit
 // together: a local effect then happens exactly once, whatever crashes.
 //
+// Do and DoTx take the operation as a closure. A caller that cannot run it
+// inside one (the HTTP middleware settles a key in the middle of a
+// handler's response, then streams the rest) uses the same steps one by
+// one: Guard.Claim returns a Claim, which owns the heartbeat and is
+// settled once with Complete, Fail, Release or MarkUnknown;
+// TxGuard.ClaimTx adds Begin, Commit and Rollback of the operation's
+// transaction. Do and DoTx are built on them.
+//
 // # The record's state machine
 //
 //	              claim (new key, or expired record)
