@@ -208,47 +208,63 @@ func New[TX any](s store.InboxStore[TX], apply ApplyFunc[TX], cfg *Config) (*Pro
 	if s == nil || apply == nil {
 		return nil, fmt.Errorf("%w: store and apply function are required", ErrBadConfig)
 	}
-	var c Config
-	if cfg != nil {
-		c = *cfg
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	return &Processor[TX]{s: s, apply: apply, cfg: c, ocfg: &order.Config{MaxParked: c.MaxParked}, log: c.Logger, hooks: c.Hooks}, nil
+}
+
+// validate refuses a Config out of range; nil is all defaults.
+func (c *Config) validate() error {
+	if c == nil {
+		return nil
 	}
 	switch {
 	case c.Mode != 0 && c.Mode != order.ModeSnapshot && c.Mode != order.ModeDelta:
-		return nil, fmt.Errorf("%w: Mode %v", ErrBadConfig, c.Mode)
+		return fmt.Errorf("%w: Mode %v", ErrBadConfig, c.Mode)
 	case c.MaxParked < 0, c.MaxAttempts < 0, c.Backoff < 0, c.Retention < 0, c.GapDeadline < 0,
 		c.CompensateInterval < 0, c.SweepInterval < 0:
-		return nil, fmt.Errorf("%w: negative MaxParked, MaxAttempts, Backoff, Retention, GapDeadline, CompensateInterval or SweepInterval", ErrBadConfig)
+		return fmt.Errorf("%w: negative MaxParked, MaxAttempts, Backoff, Retention, GapDeadline, CompensateInterval or SweepInterval", ErrBadConfig)
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
+	return nil
+}
+
+// withDefaults returns a copy of c with every unset field at its default.
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
 	}
-	if c.Backoff == 0 {
-		c.Backoff = DefaultBackoff
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = DefaultMaxAttempts
 	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
+	if out.Backoff == 0 {
+		out.Backoff = DefaultBackoff
 	}
-	if c.GapDeadline == 0 {
-		c.GapDeadline = DefaultGapDeadline
+	if out.Retention == 0 {
+		out.Retention = DefaultRetention
 	}
-	if c.CompensateInterval == 0 {
-		c.CompensateInterval = max(c.GapDeadline/5, time.Second)
+	if out.GapDeadline == 0 {
+		out.GapDeadline = DefaultGapDeadline
 	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
+	if out.CompensateInterval == 0 {
+		out.CompensateInterval = max(out.GapDeadline/5, time.Second)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if out.SweepInterval == 0 {
+		out.SweepInterval = DefaultSweepInterval
 	}
-	if c.ExecutionRank == nil {
-		c.ExecutionRank = func(event.Event) int64 { return 1 }
+	if out.Now == nil {
+		out.Now = time.Now
 	}
-	log := c.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if out.ExecutionRank == nil {
+		out.ExecutionRank = func(event.Event) int64 { return 1 }
 	}
-	c.Hooks = c.Hooks.withDefaults()
-	return &Processor[TX]{s: s, apply: apply, cfg: c, ocfg: &order.Config{MaxParked: c.MaxParked}, log: log, hooks: c.Hooks}, nil
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	out.Hooks = out.Hooks.withDefaults()
+	return out
 }
 
 // Config returns the configuration in effect, with defaults filled in.

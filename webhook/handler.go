@@ -112,38 +112,52 @@ func New[TX any](p *inbox.Processor[TX], cfg *Config) (*Handler[TX], error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil processor", ErrBadConfig)
 	}
-	var c Config
-	if cfg != nil {
-		c = *cfg
+	c := cfg.withDefaults()
+	if err := c.validate(p.Config().Retention); err != nil {
+		return nil, err
 	}
+	return &Handler[TX]{p: p, cfg: c, log: c.Logger}, nil
+}
+
+// withDefaults returns a copy of c with every unset field at its default.
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.MaxBody == 0 {
+		out.MaxBody = DefaultMaxBody
+	}
+	if out.RetryAfter == 0 {
+		out.RetryAfter = DefaultRetryAfter
+	}
+	if out.ProblemBase == "" {
+		out.ProblemBase = problem.DefaultBase
+	}
+	if out.Hooks.OnRequest == nil {
+		out.Hooks.OnRequest = func(string, time.Duration) {}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out
+}
+
+// validate refuses a Config that cannot work over an inbox that keeps
+// event IDs for retention.
+func (c *Config) validate(retention time.Duration) error {
 	if c.Verifier == nil && !c.Unsigned {
-		return nil, fmt.Errorf("%w: Config.Verifier is required (or set Unsigned for an endpoint authenticated otherwise)", ErrBadConfig)
+		return fmt.Errorf("%w: Config.Verifier is required (or set Unsigned for an endpoint authenticated otherwise)", ErrBadConfig)
 	}
 	if c.Verifier != nil {
-		if r, tol := p.Config().Retention, c.Verifier.Tolerance(); r < 2*tol {
-			return nil, fmt.Errorf("%w: inbox retention %v is shorter than twice the signature tolerance %v: a replay inside the window would run again", ErrBadConfig, r, tol)
+		if tol := c.Verifier.Tolerance(); retention < 2*tol {
+			return fmt.Errorf("%w: inbox retention %v is shorter than twice the signature tolerance %v: a replay inside the window would run again", ErrBadConfig, retention, tol)
 		}
 	}
 	if c.MaxBody < 0 || c.RetryAfter < 0 {
-		return nil, fmt.Errorf("%w: negative MaxBody or RetryAfter", ErrBadConfig)
+		return fmt.Errorf("%w: negative MaxBody or RetryAfter", ErrBadConfig)
 	}
-	if c.MaxBody == 0 {
-		c.MaxBody = DefaultMaxBody
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = DefaultRetryAfter
-	}
-	if c.ProblemBase == "" {
-		c.ProblemBase = problem.DefaultBase
-	}
-	if c.Hooks.OnRequest == nil {
-		c.Hooks.OnRequest = func(string, time.Duration) {}
-	}
-	h := &Handler[TX]{p: p, cfg: c, log: c.Logger}
-	if h.log == nil {
-		h.log = slog.New(slog.DiscardHandler)
-	}
-	return h, nil
+	return nil
 }
 
 // ServeHTTP implements http.Handler.
