@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/httpidem"
+	"github.com/idemhq/idem/internal/testutil/fault"
 	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/key"
@@ -376,6 +377,34 @@ func exerciseStore[TX any](t *testing.T, open openFunc[TX]) {
 		wantProblem(t, serve(h, req("POST", "/charges", "k", "")), http.StatusConflict, httpidem.SlugResponseNotStored)
 		wantCharges(t, e.ledger, 1)
 	})
+
+	// A transaction that cannot begin: nothing ran, 503, and the claim was
+	// released, so the retry runs the handler now, once. A COMMIT that
+	// never reached the database: the same, with the handler's write
+	// rolled back.
+	for name, op := range map[string]fault.Op{"TxBeginFails": fault.BeginTx, "TxCommitNotSent": fault.CommitTx} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, l := open(t, testclock.New(t0).Now)
+			fs := fault.WrapTx(s)
+			g, err := key.NewTx[TX](fs, &key.Config{Lease: 30 * time.Second, Heartbeat: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := httpidem.NewTx(g, withDefaults(nil, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mux(m, chargeHandler(t, l, http.StatusCreated, "paid"))
+			fs.SetPlan(fault.Once(fault.Before, op))
+			wantProblem(t, serve(h, req("POST", "/charges", "k", "")), http.StatusServiceUnavailable, httpidem.SlugStoreUnavailable)
+			wantCharges(t, l, 0)
+			if rec := serve(h, req("POST", "/charges", "k", "")); rec.Code != http.StatusCreated {
+				t.Fatalf("retry: %d %s", rec.Code, rec.Body)
+			}
+			wantCharges(t, l, 1)
+		})
+	}
 
 	// A handler behind NewTx asking for another transaction type gets none.
 	t.Run("TxFromWrongType", func(t *testing.T) {
