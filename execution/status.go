@@ -3,6 +3,8 @@ package execution
 import (
 	"errors"
 	"fmt"
+
+	"github.com/idemhq/idem/store"
 )
 
 // Status is an execution's state.
@@ -10,25 +12,26 @@ type Status uint8
 
 // The execution states. An execution is created, queued for its first
 // step, runs while a worker holds a step, and ends in one of the four
-// terminal states, which are final.
+// terminal states, which are final. Their values are the store's
+// (store.ExecutionStatus(s) converts).
 const (
 	// StatusCreated: written with its task, not yet queued.
-	StatusCreated Status = iota + 1
+	StatusCreated = Status(store.ExecutionCreated)
 	// StatusQueued: its next step waits for a worker.
-	StatusQueued
+	StatusQueued = Status(store.ExecutionQueued)
 	// StatusRunning: a worker has claimed one of its steps.
-	StatusRunning
+	StatusRunning = Status(store.ExecutionRunning)
 	// StatusSucceeded: every step completed (terminal).
-	StatusSucceeded
+	StatusSucceeded = Status(store.ExecutionSucceeded)
 	// StatusFailed: a step failed for good (terminal).
-	StatusFailed
+	StatusFailed = Status(store.ExecutionFailed)
 	// StatusTimedOut: its deadline passed while it was live (terminal).
-	StatusTimedOut
+	StatusTimedOut = Status(store.ExecutionTimedOut)
 	// StatusCanceling: cancel was asked while a worker held a step; the
 	// worker is told on its next heartbeat.
-	StatusCanceling
+	StatusCanceling = Status(store.ExecutionCanceling)
 	// StatusCanceled: canceled (terminal).
-	StatusCanceled
+	StatusCanceled = Status(store.ExecutionCanceled)
 )
 
 var statusNames = [...]string{"", "CREATED", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELING", "CANCELED"}

@@ -41,6 +41,11 @@ var (
 	// the record was completed or released, or it expired and was swept.
 	// Nothing was changed.
 	ErrFenced = errors.New("idem/store: fenced: claim is no longer held")
+
+	// ErrDuplicate is returned when a row is created under an ID its owner
+	// already used (ExecutionStore's tasks and executions). Nothing was
+	// written.
+	ErrDuplicate = errors.New("idem/store: duplicate id")
 )
 
 // State is the state of a record.

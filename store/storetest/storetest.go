@@ -88,6 +88,7 @@ func Exercise[TX any](t *testing.T, open Open[TX]) {
 		{"TxStore", Implements[store.TxStore[TX]](t, probe.Store), true, exerciseTx[TX]},
 		{"InboxStore", Implements[store.InboxStore[TX]](t, probe.Store), true, exerciseInbox[TX]},
 		{"OutboxStore", Implements[store.OutboxStore[TX]](t, probe.Store), true, exerciseOutbox[TX]},
+		{"ExecutionStore", Implements[store.ExecutionStore[TX]](t, probe.Store), true, exerciseExecutions[TX]},
 	}
 	ran := 0
 	for _, s := range sections {

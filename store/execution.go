@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// ExecutionStatus is an execution's state as the store keeps it. Package
+// execution names the values and decides the transitions; the store only
+// compares them (a transition is a conditional update from one value to
+// another) and never moves a row on its own.
+type ExecutionStatus uint8
+
+// The values package execution gives ExecutionStatus. The store reads one
+// of them itself: ListTasks filters on the current execution's status.
+const (
+	ExecutionCreated ExecutionStatus = iota + 1
+	ExecutionQueued
+	ExecutionRunning
+	ExecutionSucceeded
+	ExecutionFailed
+	ExecutionTimedOut
+	ExecutionCanceling
+	ExecutionCanceled
+)
+
+// Task is an application's request to do work of a type.
+type Task struct {
+	// App owns the task: every read and write names it, and another
+	// application's task is ErrNotFound.
+	App string
+	// ID is chosen by the caller (opaque, unique per App).
+	ID   string
+	Type string
+	// Input is the task's JSON input, stored as given.
+	Input       []byte
+	ExternalRef string
+	// Deadline, when not zero, ends a live execution as timed out.
+	Deadline time.Time
+	// CurrentExecution is the ID of the task's latest execution (a rerun
+	// moves it); Status is that execution's status.
+	CurrentExecution string
+	Status           ExecutionStatus
+	CreatedAt        time.Time
+}
+
+// Execution is one run of a task.
+type Execution struct {
+	App    string
+	ID     string
+	TaskID string
+	// Number is 1 for the task's first execution, 2 for its first rerun…
+	Number int
+	Status ExecutionStatus
+	// LastSequence is the sequence of its latest event (from 1, gap-free).
+	LastSequence int64
+	CreatedAt    time.Time
+	// StartedAt is when it first ran, FinishedAt when it reached a terminal
+	// status; zero until then. The caller sets them with the transition.
+	StartedAt  time.Time
+	FinishedAt time.Time
+	// Output (JSON) and Error are set by the transition that ends it.
+	Output   []byte
+	Error    string
+	Progress int
+}
+
+// Event is one entry of an execution's history: a transition or a
+// progress report. Sequence numbers each execution's events 1, 2, 3…
+// with no gap, assigned by the store in the transaction that writes the
+// event with the change it reports.
+type Event struct {
+	ExecutionID string
+	Sequence    int64
+	// Type is the CloudEvents type ("idem.execution.running").
+	Type string
+	// Data is the event's JSON data, as the caller built it.
+	Data []byte
+	Time time.Time
+}
+
+// NewTask is what CreateTaskTx writes: the task, its first execution and
+// that execution's first event.
+type NewTask struct {
+	Task Task
+	// ExecutionID is the first execution's ID, chosen by the caller.
+	ExecutionID string
+	// Status is the first execution's status.
+	Status ExecutionStatus
+	// Event is the first execution's first event (sequence 1).
+	Event Event
+}
+
+// Transition is a conditional change of an execution's status, with the
+// event that reports it.
+type Transition struct {
+	App string
+	ID  string
+	// From is the status the change was decided on: the change applies
+	// only if the execution is still in it.
+	From, To ExecutionStatus
+	// StartedAt, FinishedAt, Output, Error and Progress are written when
+	// not zero (nil for Output).
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Output     []byte
+	Error      string
+	Progress   int
+	// Event is appended with the execution's next sequence.
+	Event Event
+}
+
+// TaskQuery selects an application's tasks, newest first.
+type TaskQuery struct {
+	App string
+	// Type and Status filter when set.
+	Type   string
+	Status ExecutionStatus
+	// After continues a listing after the task with this creation time and
+	// ID (the last one of the previous page); zero to start.
+	AfterTime time.Time
+	AfterID   string
+	// Limit is the most tasks returned, at least 1.
+	Limit int
+}
+
+// ExecutionStore is the storage of tasks, executions and their events.
+// Every change that reports an event writes it in the same transaction,
+// with the execution's next sequence, so the history has no gap and no
+// change goes unreported. Experimental: the shape follows `idem serve`
+// and may change with it; the conformance suite is its contract.
+type ExecutionStore[TX any] interface {
+	Transactor[TX]
+
+	// CreateTaskTx writes t.Task, its first execution (Number 1, t.Status)
+	// and t.Event as that execution's sequence 1, in tx. A task or
+	// execution ID already used by the application is ErrDuplicate.
+	CreateTaskTx(ctx context.Context, tx TX, t NewTask) error
+
+	// RerunTx writes a new execution of the application's task with the
+	// next Number, status and first event (sequence 1), and makes it the
+	// task's current execution, in tx. ErrNotFound for an unknown task.
+	RerunTx(ctx context.Context, tx TX, app, taskID, executionID string, status ExecutionStatus, ev Event) (Execution, error)
+
+	// TransitionTx applies t in tx if the execution is in t.From, appends
+	// t.Event with its next sequence, and returns the execution as it now
+	// is with applied=true. An execution in another status is left
+	// unchanged and returned with applied=false. ErrNotFound for an unknown
+	// execution (or another application's).
+	TransitionTx(ctx context.Context, tx TX, t Transition) (e Execution, applied bool, err error)
+
+	// AppendEventTx appends ev to the execution's history with its next
+	// sequence, in tx, without a change of status (a progress report);
+	// progress, when not negative, is stored as the execution's Progress.
+	AppendEventTx(ctx context.Context, tx TX, app, executionID string, ev Event, progress int) (seq int64, err error)
+
+	// GetTask, GetExecution: ErrNotFound for an unknown ID or another
+	// application's.
+	GetTask(ctx context.Context, app, id string) (Task, error)
+	GetExecution(ctx context.Context, app, id string) (Execution, error)
+
+	// ListTasks returns q's page, newest first (creation time, then ID
+	// descending).
+	ListTasks(ctx context.Context, q TaskQuery) ([]Task, error)
+
+	// ListEvents returns the execution's events with a sequence above
+	// after, in order, at most limit. ErrNotFound for an unknown execution
+	// or another application's.
+	ListEvents(ctx context.Context, app, executionID string, after int64, limit int) ([]Event, error)
+}

@@ -1,0 +1,254 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/idemhq/idem/store"
+)
+
+// Executions is the in-memory reference model of store.ExecutionStore. It
+// shares the transactions of the Inbox it was made from, and its other
+// methods, like the Inbox's, must not be called inside one.
+type Executions struct {
+	in     *Inbox
+	tasks  map[appID]store.Task
+	execs  map[appID]store.Execution
+	events map[appID][]store.Event // by execution
+}
+
+// appID names a row of one application.
+type appID struct{ app, id string }
+
+var _ store.ExecutionStore[*Tx] = (*Executions)(nil)
+
+// NewExecutions returns an empty execution store whose writes join in's
+// transactions.
+func NewExecutions(in *Inbox) *Executions {
+	return &Executions{in: in, tasks: map[appID]store.Task{}, execs: map[appID]store.Execution{}, events: map[appID][]store.Event{}}
+}
+
+// InTx runs fn in a transaction of the underlying Inbox.
+func (x *Executions) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) error {
+	return x.in.InTx(ctx, fn)
+}
+
+// putExec stores e in tx, restoring what was there on rollback.
+func (x *Executions) putExec(tx *Tx, e store.Execution) {
+	k := appID{e.App, e.ID}
+	old, had := x.execs[k]
+	x.execs[k] = e
+	tx.OnRollback(func() {
+		if had {
+			x.execs[k] = old
+		} else {
+			delete(x.execs, k)
+		}
+	})
+}
+
+// putTask stores t in tx, restoring what was there on rollback.
+func (x *Executions) putTask(tx *Tx, t store.Task) {
+	k := appID{t.App, t.ID}
+	old, had := x.tasks[k]
+	x.tasks[k] = t
+	tx.OnRollback(func() {
+		if had {
+			x.tasks[k] = old
+		} else {
+			delete(x.tasks, k)
+		}
+	})
+}
+
+// appendEvent gives ev the execution's next sequence and stores it in tx.
+func (x *Executions) appendEvent(tx *Tx, e *store.Execution, ev store.Event) int64 {
+	k := appID{e.App, e.ID}
+	e.LastSequence++
+	ev.ExecutionID, ev.Sequence = e.ID, e.LastSequence
+	ev.Data = slices.Clone(ev.Data)
+	n := len(x.events[k])
+	x.events[k] = append(x.events[k], ev)
+	tx.OnRollback(func() { x.events[k] = x.events[k][:n] })
+	return ev.Sequence
+}
+
+// CreateTaskTx implements store.ExecutionStore.
+func (x *Executions) CreateTaskTx(ctx context.Context, tx *Tx, t store.NewTask) error {
+	if err := tx.check(); err != nil {
+		return err
+	}
+	task := t.Task
+	if task.App == "" || task.ID == "" || t.ExecutionID == "" || t.Status == 0 {
+		return fmt.Errorf("memstore: create task: app, task id, execution id and status are required")
+	}
+	if _, ok := x.tasks[appID{task.App, task.ID}]; ok {
+		return fmt.Errorf("memstore: task %q: %w", task.ID, store.ErrDuplicate)
+	}
+	if _, ok := x.execs[appID{task.App, t.ExecutionID}]; ok {
+		return fmt.Errorf("memstore: execution %q: %w", t.ExecutionID, store.ErrDuplicate)
+	}
+	task.Input = slices.Clone(task.Input)
+	task.CurrentExecution, task.Status = t.ExecutionID, t.Status
+	e := store.Execution{App: task.App, ID: t.ExecutionID, TaskID: task.ID, Number: 1, Status: t.Status, CreatedAt: task.CreatedAt}
+	x.appendEvent(tx, &e, t.Event)
+	x.putTask(tx, task)
+	x.putExec(tx, e)
+	return nil
+}
+
+// RerunTx implements store.ExecutionStore.
+func (x *Executions) RerunTx(ctx context.Context, tx *Tx, app, taskID, executionID string, status store.ExecutionStatus, ev store.Event) (store.Execution, error) {
+	if err := tx.check(); err != nil {
+		return store.Execution{}, err
+	}
+	task, ok := x.tasks[appID{app, taskID}]
+	if !ok {
+		return store.Execution{}, fmt.Errorf("memstore: task %q: %w", taskID, store.ErrNotFound)
+	}
+	if _, ok := x.execs[appID{app, executionID}]; ok {
+		return store.Execution{}, fmt.Errorf("memstore: execution %q: %w", executionID, store.ErrDuplicate)
+	}
+	cur := x.execs[appID{app, task.CurrentExecution}]
+	e := store.Execution{App: app, ID: executionID, TaskID: taskID, Number: cur.Number + 1, Status: status, CreatedAt: ev.Time}
+	x.appendEvent(tx, &e, ev)
+	x.putExec(tx, e)
+	task.CurrentExecution, task.Status = executionID, status
+	x.putTask(tx, task)
+	return e, nil
+}
+
+// TransitionTx implements store.ExecutionStore.
+func (x *Executions) TransitionTx(ctx context.Context, tx *Tx, t store.Transition) (store.Execution, bool, error) {
+	if err := tx.check(); err != nil {
+		return store.Execution{}, false, err
+	}
+	e, ok := x.execs[appID{t.App, t.ID}]
+	if !ok {
+		return store.Execution{}, false, fmt.Errorf("memstore: execution %q: %w", t.ID, store.ErrNotFound)
+	}
+	if e.Status != t.From {
+		return cloneExec(e), false, nil
+	}
+	e.Status = t.To
+	if !t.StartedAt.IsZero() {
+		e.StartedAt = t.StartedAt
+	}
+	if !t.FinishedAt.IsZero() {
+		e.FinishedAt = t.FinishedAt
+	}
+	if t.Output != nil {
+		e.Output = slices.Clone(t.Output)
+	}
+	if t.Error != "" {
+		e.Error = t.Error
+	}
+	if t.Progress != 0 {
+		e.Progress = t.Progress
+	}
+	x.appendEvent(tx, &e, t.Event)
+	x.putExec(tx, e)
+	if task := x.tasks[appID{e.App, e.TaskID}]; task.CurrentExecution == e.ID {
+		task.Status = e.Status
+		x.putTask(tx, task)
+	}
+	return cloneExec(e), true, nil
+}
+
+// AppendEventTx implements store.ExecutionStore.
+func (x *Executions) AppendEventTx(ctx context.Context, tx *Tx, app, executionID string, ev store.Event, progress int) (int64, error) {
+	if err := tx.check(); err != nil {
+		return 0, err
+	}
+	e, ok := x.execs[appID{app, executionID}]
+	if !ok {
+		return 0, fmt.Errorf("memstore: execution %q: %w", executionID, store.ErrNotFound)
+	}
+	if progress >= 0 {
+		e.Progress = progress
+	}
+	seq := x.appendEvent(tx, &e, ev)
+	x.putExec(tx, e)
+	return seq, nil
+}
+
+func cloneExec(e store.Execution) store.Execution {
+	e.Output = slices.Clone(e.Output)
+	return e
+}
+
+// GetTask implements store.ExecutionStore.
+func (x *Executions) GetTask(ctx context.Context, app, id string) (store.Task, error) {
+	x.in.mu.Lock()
+	defer x.in.mu.Unlock()
+	t, ok := x.tasks[appID{app, id}]
+	if !ok {
+		return store.Task{}, fmt.Errorf("memstore: task %q: %w", id, store.ErrNotFound)
+	}
+	t.Input = slices.Clone(t.Input)
+	return t, nil
+}
+
+// GetExecution implements store.ExecutionStore.
+func (x *Executions) GetExecution(ctx context.Context, app, id string) (store.Execution, error) {
+	x.in.mu.Lock()
+	defer x.in.mu.Unlock()
+	e, ok := x.execs[appID{app, id}]
+	if !ok {
+		return store.Execution{}, fmt.Errorf("memstore: execution %q: %w", id, store.ErrNotFound)
+	}
+	return cloneExec(e), nil
+}
+
+// ListTasks implements store.ExecutionStore.
+func (x *Executions) ListTasks(ctx context.Context, q store.TaskQuery) ([]store.Task, error) {
+	if q.Limit < 1 {
+		return nil, fmt.Errorf("memstore: list tasks: limit %d, want at least 1", q.Limit)
+	}
+	x.in.mu.Lock()
+	defer x.in.mu.Unlock()
+	var out []store.Task
+	for k, t := range x.tasks {
+		if k.app != q.App || (q.Type != "" && t.Type != q.Type) || (q.Status != 0 && t.Status != q.Status) {
+			continue
+		}
+		if !q.AfterTime.IsZero() || q.AfterID != "" {
+			// Newest first: after (AfterTime, AfterID) means strictly older.
+			if c := t.CreatedAt.Compare(q.AfterTime); c > 0 || (c == 0 && t.ID >= q.AfterID) {
+				continue
+			}
+		}
+		t.Input = slices.Clone(t.Input)
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b store.Task) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.ID, a.ID)
+	})
+	return out[:min(len(out), q.Limit)], nil
+}
+
+// ListEvents implements store.ExecutionStore.
+func (x *Executions) ListEvents(ctx context.Context, app, executionID string, after int64, limit int) ([]store.Event, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("memstore: list events: limit %d, want at least 1", limit)
+	}
+	x.in.mu.Lock()
+	defer x.in.mu.Unlock()
+	k := appID{app, executionID}
+	if _, ok := x.execs[k]; !ok {
+		return nil, fmt.Errorf("memstore: execution %q: %w", executionID, store.ErrNotFound)
+	}
+	var out []store.Event
+	for _, ev := range x.events[k] {
+		if ev.Sequence > after && len(out) < limit {
+			ev.Data = slices.Clone(ev.Data)
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
