@@ -15,8 +15,8 @@ import (
 )
 
 // migrationCount is how many migrations the store has: 001_idem_keys,
-// 002_idem_inbox and 003_idem_outbox.
-const migrationCount = 3
+// 002_idem_inbox, 003_idem_outbox and 004_idem_executions.
+const migrationCount = 4
 
 func TestNewRefusesUnmigratedSchema(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,297 @@
+package pgstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.ExecutionStore[pgx.Tx] = (*Store)(nil)
+
+// The execution store's statements (sql/task_*.sql, sql/execution*.sql).
+var (
+	//go:embed sql/task_insert.sql
+	taskInsertSQL string
+	//go:embed sql/task_get.sql
+	taskGetSQL string
+	//go:embed sql/task_status.sql
+	taskStatusSQL string
+	//go:embed sql/task_current.sql
+	taskCurrentSQL string
+	//go:embed sql/task_move.sql
+	taskMoveSQL string
+	//go:embed sql/tasks_list.sql
+	tasksListSQL string
+	//go:embed sql/execution_insert.sql
+	executionInsertSQL string
+	//go:embed sql/execution_get.sql
+	executionGetSQL string
+	//go:embed sql/execution_transition.sql
+	executionTransitionSQL string
+	//go:embed sql/execution_progress.sql
+	executionProgressSQL string
+	//go:embed sql/execution_event_insert.sql
+	executionEventInsertSQL string
+	//go:embed sql/execution_events_list.sql
+	executionEventsListSQL string
+)
+
+// execError wraps err with the operation and the row it concerns, keeping
+// it matchable with errors.Is; pgx.ErrNoRows becomes store.ErrNotFound.
+func execError(op, app, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	return fmt.Errorf("idem/pgstore: %s (app %q, id %q): %w", op, app, id, err)
+}
+
+// orNull is t, or NULL for the zero time.
+func orNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// valueOf is *t, or the zero time for NULL.
+func valueOf(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// checkText refuses strings that a text column cannot hold (invalid UTF-8,
+// NUL), before any statement runs, so that tx stays usable.
+func checkText(fields map[string]string) error {
+	for name, v := range fields {
+		if !storable(v) {
+			return fmt.Errorf("%s %q is not valid UTF-8 without NUL", name, v)
+		}
+	}
+	return nil
+}
+
+// insertOnce runs an INSERT … ON CONFLICT DO NOTHING and reports
+// store.ErrDuplicate when it inserted nothing.
+func insertOnce(ctx context.Context, tx pgx.Tx, query string, args ...any) error {
+	tag, err := tx.Exec(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrDuplicate
+	}
+	return nil
+}
+
+// insertExecution writes an execution created at createdAt, with its first
+// event (sequence 1).
+func insertExecution(ctx context.Context, tx pgx.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, ev store.Event) error {
+	if err := insertOnce(ctx, tx, executionInsertSQL, app, id, taskID, number, int16(status), createdAt); err != nil {
+		return fmt.Errorf("execution %q: %w", id, err)
+	}
+	return insertEvent(ctx, tx, app, id, 1, ev)
+}
+
+func insertEvent(ctx context.Context, tx pgx.Tx, app, executionID string, seq int64, ev store.Event) error {
+	if err := checkText(map[string]string{"event type": ev.Type}); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, executionEventInsertSQL, app, executionID, seq, ev.Type, ev.Data, ev.Time)
+	return err
+}
+
+// CreateTaskTx implements store.ExecutionStore.
+func (s *Store) CreateTaskTx(ctx context.Context, tx pgx.Tx, t store.NewTask) error {
+	task := t.Task
+	if task.App == "" || task.ID == "" || t.ExecutionID == "" || t.Status == 0 {
+		return execError("create task", task.App, task.ID, errors.New("app, task id, execution id and status are required"))
+	}
+	if err := checkText(map[string]string{"app": task.App, "task id": task.ID, "type": task.Type,
+		"external ref": task.ExternalRef, "execution id": t.ExecutionID}); err != nil {
+		return execError("create task", task.App, task.ID, err)
+	}
+	if err := insertOnce(ctx, tx, taskInsertSQL, task.App, task.ID, task.Type, orEmpty(task.Input), task.ExternalRef,
+		orNull(task.Deadline), t.ExecutionID, int16(t.Status), task.CreatedAt); err != nil {
+		return execError("create task", task.App, task.ID, err)
+	}
+	return execError("create task", task.App, task.ID,
+		insertExecution(ctx, tx, task.App, t.ExecutionID, task.ID, 1, t.Status, task.CreatedAt, t.Event))
+}
+
+// RerunTx implements store.ExecutionStore.
+func (s *Store) RerunTx(ctx context.Context, tx pgx.Tx, app, taskID, executionID string, status store.ExecutionStatus, ev store.Event) (store.Execution, error) {
+	if err := checkText(map[string]string{"app": app, "task id": taskID, "execution id": executionID}); err != nil {
+		return store.Execution{}, execError("rerun", app, taskID, err)
+	}
+	var number int
+	if err := tx.QueryRow(ctx, taskCurrentSQL, app, taskID).Scan(&number); err != nil {
+		return store.Execution{}, execError("rerun", app, taskID, err)
+	}
+	if err := insertExecution(ctx, tx, app, executionID, taskID, number+1, status, ev.Time, ev); err != nil {
+		return store.Execution{}, execError("rerun", app, taskID, err)
+	}
+	if _, err := tx.Exec(ctx, taskMoveSQL, app, taskID, executionID, int16(status)); err != nil {
+		return store.Execution{}, execError("rerun", app, taskID, err)
+	}
+	return store.Execution{App: app, ID: executionID, TaskID: taskID, Number: number + 1, Status: status, LastSequence: 1, CreatedAt: ev.Time}, nil
+}
+
+// scanExecution reads the columns of execution_get.sql and
+// execution_transition.sql's RETURNING.
+func scanExecution(row pgx.Row, e *store.Execution) error {
+	var status int16
+	var started, finished *time.Time
+	if err := row.Scan(&e.TaskID, &e.Number, &status, &e.LastSequence, &e.CreatedAt, &started, &finished, &e.Output, &e.Error, &e.Progress); err != nil {
+		return err
+	}
+	e.Status, e.StartedAt, e.FinishedAt = store.ExecutionStatus(status), valueOf(started), valueOf(finished)
+	return nil
+}
+
+// TransitionTx implements store.ExecutionStore.
+func (s *Store) TransitionTx(ctx context.Context, tx pgx.Tx, t store.Transition) (store.Execution, bool, error) {
+	if err := checkText(map[string]string{"app": t.App, "execution id": t.ID, "error": t.Error}); err != nil {
+		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
+	}
+	var output any // NULL keeps the stored output
+	if t.Output != nil {
+		output = t.Output
+	}
+	e := store.Execution{App: t.App, ID: t.ID}
+	err := scanExecution(tx.QueryRow(ctx, executionTransitionSQL, t.App, t.ID, int16(t.From), int16(t.To),
+		orNull(t.StartedAt), orNull(t.FinishedAt), output, t.Error, t.Progress), &e)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Not in t.From, or no such execution: the row says which.
+		err = scanExecution(tx.QueryRow(ctx, executionGetSQL, t.App, t.ID), &e)
+		return e, false, execError("transition", t.App, t.ID, err)
+	}
+	if err != nil {
+		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
+	}
+	if err := insertEvent(ctx, tx, t.App, t.ID, e.LastSequence, t.Event); err != nil {
+		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
+	}
+	if _, err := tx.Exec(ctx, taskStatusSQL, t.App, e.TaskID, t.ID, int16(e.Status)); err != nil {
+		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
+	}
+	return e, true, nil
+}
+
+// AppendEventTx implements store.ExecutionStore.
+func (s *Store) AppendEventTx(ctx context.Context, tx pgx.Tx, app, executionID string, ev store.Event, progress int) (int64, error) {
+	if err := checkText(map[string]string{"app": app, "execution id": executionID}); err != nil {
+		return 0, execError("append event", app, executionID, err)
+	}
+	var seq int64
+	if err := tx.QueryRow(ctx, executionProgressSQL, app, executionID, progress).Scan(&seq); err != nil {
+		return 0, execError("append event", app, executionID, err)
+	}
+	return seq, execError("append event", app, executionID, insertEvent(ctx, tx, app, executionID, seq, ev))
+}
+
+// scanTask reads the columns of task_get.sql and tasks_list.sql.
+func scanTask(row pgx.Row) (store.Task, error) {
+	var t store.Task
+	var deadline *time.Time
+	var status int16
+	if err := row.Scan(&t.ID, &t.Type, &t.Input, &t.ExternalRef, &deadline, &t.CurrentExecution, &status, &t.CreatedAt); err != nil {
+		return store.Task{}, err
+	}
+	t.Deadline, t.Status = valueOf(deadline), store.ExecutionStatus(status)
+	return t, nil
+}
+
+// GetTask implements store.ExecutionStore.
+func (s *Store) GetTask(ctx context.Context, app, id string) (store.Task, error) {
+	if !storable(app) || !storable(id) {
+		return store.Task{}, execError("get task", app, id, store.ErrNotFound) // no such row can exist
+	}
+	t, err := scanTask(s.pool.QueryRow(ctx, taskGetSQL, app, id))
+	if err != nil {
+		return store.Task{}, execError("get task", app, id, err)
+	}
+	t.App = app
+	return t, nil
+}
+
+// GetExecution implements store.ExecutionStore.
+func (s *Store) GetExecution(ctx context.Context, app, id string) (store.Execution, error) {
+	if !storable(app) || !storable(id) {
+		return store.Execution{}, execError("get execution", app, id, store.ErrNotFound)
+	}
+	e := store.Execution{App: app, ID: id}
+	if err := scanExecution(s.pool.QueryRow(ctx, executionGetSQL, app, id), &e); err != nil {
+		return store.Execution{}, execError("get execution", app, id, err)
+	}
+	return e, nil
+}
+
+// ListTasks implements store.ExecutionStore.
+func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]store.Task, error) {
+	if q.Limit < 1 {
+		return nil, fmt.Errorf("idem/pgstore: list tasks: limit %d, want at least 1", q.Limit)
+	}
+	if err := checkText(map[string]string{"app": q.App, "type": q.Type, "cursor id": q.AfterID}); err != nil {
+		return nil, fmt.Errorf("idem/pgstore: list tasks: %w", err)
+	}
+	var afterTime *time.Time
+	if !q.AfterTime.IsZero() || q.AfterID != "" {
+		afterTime = &q.AfterTime
+	}
+	rows, err := s.pool.Query(ctx, tasksListSQL, q.App, q.Type, int16(q.Status), afterTime, q.AfterID, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: list tasks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Task, error) {
+		t, err := scanTask(r)
+		t.App = q.App
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: list tasks: %w", err)
+	}
+	return out, nil
+}
+
+// ListEvents implements store.ExecutionStore.
+func (s *Store) ListEvents(ctx context.Context, app, executionID string, after int64, limit int) ([]store.Event, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("idem/pgstore: list events: limit %d, want at least 1", limit)
+	}
+	if !storable(app) || !storable(executionID) {
+		return nil, execError("list events", app, executionID, store.ErrNotFound)
+	}
+	rows, err := s.pool.Query(ctx, executionEventsListSQL, app, executionID, after, limit)
+	if err != nil {
+		return nil, execError("list events", app, executionID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Event, error) {
+		ev := store.Event{ExecutionID: executionID}
+		err := r.Scan(&ev.Sequence, &ev.Type, &ev.Data, &ev.Time)
+		return ev, err
+	})
+	if err != nil {
+		return nil, execError("list events", app, executionID, err)
+	}
+	if len(out) == 0 {
+		// No event after `after`: every execution has its first, so an
+		// execution that shows none here may not exist (or be another
+		// application's). Executions are never deleted, so this read
+		// agrees with the first.
+		if _, err := s.GetExecution(ctx, app, executionID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,5 @@
+-- CreateTaskTx, RerunTx: an execution with its first event's sequence.
+-- $1 app, $2 id, $3 task_id, $4 number, $5 status, $6 created_at.
+INSERT INTO idem_executions (app, id, task_id, number, status, last_seq, created_at)
+VALUES ($1, $2, $3, $4, $5, 1, $6)
+ON CONFLICT DO NOTHING
