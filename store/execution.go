@@ -168,3 +168,121 @@ type ExecutionStore[TX any] interface {
 	// or another application's.
 	ListEvents(ctx context.Context, app, executionID string, after int64, limit int) ([]Event, error)
 }
+
+// StepStatus is a step's state as the store keeps it; package execution
+// names the values and decides the transitions. The store reads three of
+// them itself: ClaimStepTx claims DISPATCHED steps, and EXECUTING ones
+// whose lease ended when their type is repeatable.
+type StepStatus uint8
+
+// The values package execution gives StepStatus.
+const (
+	StepPending StepStatus = iota + 1
+	StepDispatched
+	StepExecuting
+	StepCompleted
+	StepFailed
+	StepOutcomeUnknown
+)
+
+// Step is the unit a worker runs: claimed atomically, under a lease and an
+// epoch that every later write of the worker carries.
+type Step struct {
+	App         string
+	ID          string
+	ExecutionID string
+	Name        string
+	// Type is the task type workers claim by.
+	Type string
+	// Once marks a once-only type: a lost lease leaves the step to an
+	// operator instead of letting the next claim run it again.
+	Once   bool
+	Status StepStatus
+	// Epoch is +1 at every claim; Attempts counts the claims.
+	Epoch    int64
+	Attempts int
+	// Owner is the claiming worker's token for this claim.
+	Owner      string
+	LeaseUntil time.Time
+	// DueAt is when a DISPATCHED step may be claimed (a retry's backoff).
+	DueAt time.Time
+	// CancelRequested tells the worker, on its next heartbeat, to stop;
+	// a step with it set is never claimed again.
+	CancelRequested bool
+	Output          []byte
+	Error           string
+	// IdempotencyKey is the downstream key every attempt sends.
+	IdempotencyKey string
+	CreatedAt      time.Time
+}
+
+// StepClaim are the arguments of ClaimStepTx.
+type StepClaim struct {
+	// Types are the task types the worker runs (at least one).
+	Types []string
+	// Owner is the worker's token for this claim (unique per claim).
+	Owner string
+	// Now is the caller's clock: due times and leases compare to it.
+	Now   time.Time
+	Lease time.Duration
+}
+
+// StepUpdate is a conditional change of a step: it applies only while the
+// step is in From and, when Epoch is not zero, under that claim (Epoch and
+// Owner). Fields are written when not zero (nil for Output); Status is
+// written always.
+type StepUpdate struct {
+	App, ID string
+	From    StepStatus
+	Epoch   int64
+	Owner   string
+
+	Status          StepStatus
+	LeaseUntil      time.Time
+	DueAt           time.Time
+	Output          []byte
+	Error           string
+	CancelRequested bool
+	// ClearClaim ends the claim: owner and lease are emptied (the epoch
+	// stays, so the next claim's is higher).
+	ClearClaim bool
+}
+
+// StepStore is the storage of steps, in the execution store's
+// transactions. Experimental, like ExecutionStore.
+type StepStore[TX any] interface {
+	Transactor[TX]
+
+	// AddStepTx writes s (its Status, DueAt, Name, Type, Once,
+	// IdempotencyKey, CreatedAt) in tx. An ID the application used already
+	// is ErrDuplicate.
+	AddStepTx(ctx context.Context, tx TX, s Step) error
+
+	// ClaimStepTx claims, in tx, the oldest claimable step of c.Types (due
+	// first, then by ID): DISPATCHED and due, or EXECUTING with its lease
+	// ended when its type is not once-only, never one with
+	// CancelRequested. The step becomes EXECUTING with Epoch+1,
+	// Attempts+1, c.Owner and a lease until c.Now+c.Lease. Concurrent
+	// claims never get the same step. ok=false when none is claimable.
+	ClaimStepTx(ctx context.Context, tx TX, c StepClaim) (s Step, ok bool, err error)
+
+	// UpdateStepTx applies u in tx when the step is in u.From (and under
+	// u's claim when u.Epoch is set) and returns the step as it now is
+	// with applied=true; otherwise it changes nothing and returns the step
+	// as it is with applied=false, so the caller tells a stale claim
+	// (another epoch) from an illegal transition (another status).
+	// ErrNotFound for an unknown step or another application's.
+	UpdateStepTx(ctx context.Context, tx TX, u StepUpdate) (s Step, applied bool, err error)
+
+	// GetStep: ErrNotFound for an unknown step or another application's.
+	GetStep(ctx context.Context, app, id string) (Step, error)
+
+	// ListSteps returns the execution's steps in creation order (then ID).
+	ListSteps(ctx context.Context, app, executionID string) ([]Step, error)
+
+	// ExpiredSteps returns up to limit EXECUTING steps whose lease ended
+	// before now, oldest lease first, for the caller to settle: once-only
+	// ones become OUTCOME_UNKNOWN, those whose execution is canceling end
+	// it (repeatable ones are also claimed again by ClaimStepTx).
+	ExpiredSteps(ctx context.Context, now time.Time, limit int) ([]Step, error)
+}

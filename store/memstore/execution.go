@@ -5,11 +5,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/idemhq/idem/store"
 )
 
-// Executions is the in-memory reference model of store.ExecutionStore. It
+// Executions is the in-memory reference model of store.ExecutionStore and
+// store.StepStore. It
 // shares the transactions of the Inbox it was made from, and its other
 // methods, like the Inbox's, must not be called inside one.
 type Executions struct {
@@ -17,17 +19,22 @@ type Executions struct {
 	tasks  map[appID]store.Task
 	execs  map[appID]store.Execution
 	events map[appID][]store.Event // by execution
+	steps  map[appID]store.Step
 }
 
 // appID names a row of one application.
 type appID struct{ app, id string }
 
-var _ store.ExecutionStore[*Tx] = (*Executions)(nil)
+var (
+	_ store.ExecutionStore[*Tx] = (*Executions)(nil)
+	_ store.StepStore[*Tx]      = (*Executions)(nil)
+)
 
 // NewExecutions returns an empty execution store whose writes join in's
 // transactions.
 func NewExecutions(in *Inbox) *Executions {
-	return &Executions{in: in, tasks: map[appID]store.Task{}, execs: map[appID]store.Execution{}, events: map[appID][]store.Event{}}
+	return &Executions{in: in, tasks: map[appID]store.Task{}, execs: map[appID]store.Execution{}, events: map[appID][]store.Event{},
+		steps: map[appID]store.Step{}}
 }
 
 // InTx runs fn in a transaction of the underlying Inbox.
@@ -251,4 +258,171 @@ func (x *Executions) ListEvents(ctx context.Context, app, executionID string, af
 		}
 	}
 	return out, nil
+}
+
+// putStep stores st in tx, restoring what was there on rollback.
+func (x *Executions) putStep(tx *Tx, st store.Step) {
+	k := appID{st.App, st.ID}
+	old, had := x.steps[k]
+	x.steps[k] = st
+	tx.OnRollback(func() {
+		if had {
+			x.steps[k] = old
+		} else {
+			delete(x.steps, k)
+		}
+	})
+}
+
+func cloneStep(st store.Step) store.Step {
+	st.Output = slices.Clone(st.Output)
+	return st
+}
+
+// AddStepTx implements store.StepStore.
+func (x *Executions) AddStepTx(ctx context.Context, tx *Tx, st store.Step) error {
+	if err := tx.check(); err != nil {
+		return err
+	}
+	if st.App == "" || st.ID == "" || st.ExecutionID == "" || st.Status == 0 {
+		return fmt.Errorf("memstore: add step: app, id, execution id and status are required")
+	}
+	if _, ok := x.steps[appID{st.App, st.ID}]; ok {
+		return fmt.Errorf("memstore: step %q: %w", st.ID, store.ErrDuplicate)
+	}
+	st.Epoch, st.Attempts, st.Owner, st.LeaseUntil, st.CancelRequested = 0, 0, "", time.Time{}, false
+	st.Output, st.Error = nil, ""
+	x.putStep(tx, st)
+	return nil
+}
+
+// claimable reports whether st may be claimed by c.
+func claimable(st store.Step, c store.StepClaim) bool {
+	if st.CancelRequested || !slices.Contains(c.Types, st.Type) {
+		return false
+	}
+	switch st.Status {
+	case store.StepDispatched:
+		return !st.DueAt.After(c.Now)
+	case store.StepExecuting:
+		return !st.Once && !st.LeaseUntil.After(c.Now)
+	}
+	return false
+}
+
+// ClaimStepTx implements store.StepStore.
+func (x *Executions) ClaimStepTx(ctx context.Context, tx *Tx, c store.StepClaim) (store.Step, bool, error) {
+	if err := tx.check(); err != nil {
+		return store.Step{}, false, err
+	}
+	if len(c.Types) == 0 || c.Owner == "" || c.Lease <= 0 {
+		return store.Step{}, false, fmt.Errorf("memstore: claim step: types, owner and lease are required")
+	}
+	var best *store.Step
+	for _, st := range x.steps {
+		if !claimable(st, c) {
+			continue
+		}
+		if best == nil || st.DueAt.Before(best.DueAt) || (st.DueAt.Equal(best.DueAt) && st.ID < best.ID) {
+			best = &st
+		}
+	}
+	if best == nil {
+		return store.Step{}, false, nil
+	}
+	st := *best
+	st.Status, st.Epoch, st.Attempts = store.StepExecuting, st.Epoch+1, st.Attempts+1
+	st.Owner, st.LeaseUntil = c.Owner, c.Now.Add(c.Lease)
+	x.putStep(tx, st)
+	return cloneStep(st), true, nil
+}
+
+// UpdateStepTx implements store.StepStore.
+func (x *Executions) UpdateStepTx(ctx context.Context, tx *Tx, u store.StepUpdate) (store.Step, bool, error) {
+	if err := tx.check(); err != nil {
+		return store.Step{}, false, err
+	}
+	st, ok := x.steps[appID{u.App, u.ID}]
+	if !ok {
+		return store.Step{}, false, fmt.Errorf("memstore: step %q: %w", u.ID, store.ErrNotFound)
+	}
+	if st.Status != u.From || (u.Epoch != 0 && (st.Epoch != u.Epoch || st.Owner != u.Owner)) {
+		return cloneStep(st), false, nil
+	}
+	st.Status = u.Status
+	if !u.LeaseUntil.IsZero() {
+		st.LeaseUntil = u.LeaseUntil
+	}
+	if !u.DueAt.IsZero() {
+		st.DueAt = u.DueAt
+	}
+	if u.Output != nil {
+		st.Output = slices.Clone(u.Output)
+	}
+	if u.Error != "" {
+		st.Error = u.Error
+	}
+	if u.CancelRequested {
+		st.CancelRequested = true
+	}
+	if u.ClearClaim {
+		st.Owner, st.LeaseUntil = "", time.Time{}
+	}
+	x.putStep(tx, st)
+	return cloneStep(st), true, nil
+}
+
+// GetStep implements store.StepStore.
+func (x *Executions) GetStep(ctx context.Context, app, id string) (store.Step, error) {
+	x.in.mu.Lock()
+	defer x.in.mu.Unlock()
+	st, ok := x.steps[appID{app, id}]
+	if !ok {
+		return store.Step{}, fmt.Errorf("memstore: step %q: %w", id, store.ErrNotFound)
+	}
+	return cloneStep(st), nil
+}
+
+// ListSteps implements store.StepStore.
+func (x *Executions) ListSteps(ctx context.Context, app, executionID string) ([]store.Step, error) {
+	x.in.mu.Lock()
+	defer x.in.mu.Unlock()
+	if _, ok := x.execs[appID{app, executionID}]; !ok {
+		return nil, fmt.Errorf("memstore: execution %q: %w", executionID, store.ErrNotFound)
+	}
+	var out []store.Step
+	for k, st := range x.steps {
+		if k.app == app && st.ExecutionID == executionID {
+			out = append(out, cloneStep(st))
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Step) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// ExpiredSteps implements store.StepStore.
+func (x *Executions) ExpiredSteps(ctx context.Context, now time.Time, limit int) ([]store.Step, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("memstore: expired steps: limit %d, want at least 1", limit)
+	}
+	x.in.mu.Lock()
+	defer x.in.mu.Unlock()
+	var out []store.Step
+	for _, st := range x.steps {
+		if st.Status == store.StepExecuting && st.LeaseUntil.Before(now) {
+			out = append(out, cloneStep(st))
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Step) int {
+		if c := a.LeaseUntil.Compare(b.LeaseUntil); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return out[:min(len(out), limit)], nil
 }

@@ -1,0 +1,258 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/internal/testutil/testclock"
+	"github.com/idemhq/idem/store"
+)
+
+// exerciseSteps checks store.StepStore by calling it directly: a claim is
+// atomic and goes to one worker; only due steps of the worker's types are
+// claimed; a repeatable step whose lease ended is claimed again with a
+// higher epoch, a once-only one is not; every write under a claim is
+// fenced by its epoch and owner.
+func exerciseSteps[TX any](t *testing.T, open Open[TX]) {
+	ctx := context.Background()
+	t0 := testclock.Epoch0
+	lease := 10 * time.Second
+	type both interface {
+		store.ExecutionStore[TX]
+		store.StepStore[TX]
+	}
+	setup := func(t *testing.T) both {
+		t.Helper()
+		s, _ := OpenAs[both](t, open, nil)
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			return s.CreateTaskTx(ctx, tx, store.NewTask{
+				Task:        store.Task{App: "app-a", ID: "t1", Type: "export", Input: []byte(`{}`), CreatedAt: t0},
+				ExecutionID: "e1", Status: store.ExecutionQueued, Event: store.Event{Type: "idem.execution.queued", Time: t0},
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	add := func(t *testing.T, s both, st store.Step) {
+		t.Helper()
+		st.App, st.ExecutionID = "app-a", "e1"
+		if st.Type == "" {
+			st.Type = "export"
+		}
+		if st.Status == 0 {
+			st.Status = store.StepDispatched
+		}
+		if st.CreatedAt.IsZero() {
+			st.CreatedAt = t0
+		}
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error { return s.AddStepTx(ctx, tx, st) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(t *testing.T, s both, owner string, now time.Time, types ...string) (store.Step, bool) {
+		t.Helper()
+		if len(types) == 0 {
+			types = []string{"export"}
+		}
+		var st store.Step
+		var ok bool
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			var err error
+			st, ok, err = s.ClaimStepTx(ctx, tx, store.StepClaim{Types: types, Owner: owner, Now: now, Lease: lease})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return st, ok
+	}
+	update := func(t *testing.T, s both, u store.StepUpdate) (store.Step, bool) {
+		t.Helper()
+		u.App = "app-a"
+		var st store.Step
+		var applied bool
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			var err error
+			st, applied, err = s.UpdateStepTx(ctx, tx, u)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return st, applied
+	}
+
+	t.Run("ClaimGoesToOneWorker", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		add(t, s, store.Step{ID: "s1", Name: "export", IdempotencyKey: "export-t1"})
+		const n = 16
+		got := make([]bool, n)
+		errs := make([]error, n)
+		Concurrently(n, func(i int) {
+			errs[i] = s.InTx(ctx, func(ctx context.Context, tx TX) error {
+				_, ok, err := s.ClaimStepTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: fmt.Sprintf("w%d", i), Now: t0, Lease: lease})
+				got[i] = ok
+				return err
+			})
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(slices.DeleteFunc(slices.Clone(got), func(b bool) bool { return !b })); n != 1 {
+			t.Fatalf("%d claims granted, want 1", n)
+		}
+		st, err := s.GetStep(ctx, "app-a", "s1")
+		if err != nil || st.Status != store.StepExecuting || st.Epoch != 1 || st.Attempts != 1 || st.Owner == "" ||
+			!st.LeaseUntil.Equal(t0.Add(lease)) || st.IdempotencyKey != "export-t1" || st.Name != "export" {
+			t.Fatalf("claimed step %+v %v", st, err)
+		}
+	})
+
+	t.Run("ClaimsOnlyDueStepsOfItsTypes", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		add(t, s, store.Step{ID: "a-report", Type: "report"})
+		add(t, s, store.Step{ID: "b-later", DueAt: t0.Add(time.Minute)})
+		add(t, s, store.Step{ID: "c-pending", Status: store.StepPending})
+		if st, ok := claim(t, s, "w1", t0); ok {
+			t.Fatalf("claimed %+v: another type, not yet due, or pending", st)
+		}
+		if st, ok := claim(t, s, "w1", t0, "report", "export"); !ok || st.ID != "a-report" {
+			t.Fatalf("claim by report: %+v %v", st, ok)
+		}
+		if st, ok := claim(t, s, "w1", t0.Add(time.Minute)); !ok || st.ID != "b-later" {
+			t.Fatalf("claim once due: %+v %v", st, ok)
+		}
+		// Due first, then by ID.
+		add(t, s, store.Step{ID: "z-early", DueAt: t0.Add(-time.Minute)})
+		add(t, s, store.Step{ID: "y-late", DueAt: t0})
+		add(t, s, store.Step{ID: "x-late", DueAt: t0})
+		var order []string
+		for {
+			st, ok := claim(t, s, "w2", t0)
+			if !ok {
+				break
+			}
+			order = append(order, st.ID)
+		}
+		if !slices.Equal(order, []string{"z-early", "x-late", "y-late"}) {
+			t.Fatalf("claim order %v", order)
+		}
+		// A step whose cancel was asked is never claimed again.
+		add(t, s, store.Step{ID: "d-cancel"})
+		if _, applied := update(t, s, store.StepUpdate{ID: "d-cancel", From: store.StepDispatched, Status: store.StepDispatched, CancelRequested: true}); !applied {
+			t.Fatal("cancel request not applied")
+		}
+		if st, ok := claim(t, s, "w3", t0.Add(time.Second)); ok { // every other step is under a live lease
+			t.Fatalf("claimed a step whose cancel was asked: %+v", st)
+		}
+	})
+
+	t.Run("LeaseTakeoverFencesTheStaleWorker", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		add(t, s, store.Step{ID: "s1"})
+		first, _ := claim(t, s, "w1", t0)
+		if st, ok := claim(t, s, "w2", t0.Add(lease/2)); ok {
+			t.Fatalf("claimed a step under a live lease: %+v", st)
+		}
+		second, ok := claim(t, s, "w2", t0.Add(lease+time.Second))
+		if !ok || second.Epoch != 2 || second.Attempts != 2 || second.Owner != "w2" {
+			t.Fatalf("takeover: %+v %v", second, ok)
+		}
+		// The stale worker's write changes nothing and sees the new epoch.
+		st, applied := update(t, s, store.StepUpdate{ID: "s1", From: store.StepExecuting, Epoch: first.Epoch, Owner: "w1",
+			Status: store.StepCompleted, Output: []byte(`"stale"`), ClearClaim: true})
+		if applied || st.Epoch != 2 || st.Status != store.StepExecuting || st.Output != nil {
+			t.Fatalf("stale complete: %+v applied %v", st, applied)
+		}
+		// The holder's write applies.
+		st, applied = update(t, s, store.StepUpdate{ID: "s1", From: store.StepExecuting, Epoch: 2, Owner: "w2",
+			Status: store.StepCompleted, Output: []byte(`{"url":"x"}`), ClearClaim: true})
+		if !applied || st.Status != store.StepCompleted || string(st.Output) != `{"url":"x"}` || st.Owner != "" || !st.LeaseUntil.IsZero() || st.Epoch != 2 {
+			t.Fatalf("complete: %+v applied %v", st, applied)
+		}
+		// Completed steps are never claimed again, and a repeat changes
+		// nothing.
+		if st, ok := claim(t, s, "w3", t0.Add(time.Hour)); ok {
+			t.Fatalf("claimed a completed step: %+v", st)
+		}
+		if st, applied := update(t, s, store.StepUpdate{ID: "s1", From: store.StepExecuting, Epoch: 2, Owner: "w2", Status: store.StepFailed}); applied || st.Status != store.StepCompleted {
+			t.Fatalf("fail after complete: %+v applied %v", st, applied)
+		}
+	})
+
+	t.Run("OnceOnlyStepIsNotClaimedAgain", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		add(t, s, store.Step{ID: "s1", Once: true})
+		add(t, s, store.Step{ID: "s2"})
+		one, _ := claim(t, s, "w1", t0)
+		two, _ := claim(t, s, "w1", t0.Add(time.Second))
+		if one.ID != "s1" || two.ID != "s2" {
+			t.Fatalf("claims %q %q", one.ID, two.ID)
+		}
+		late := t0.Add(time.Hour)
+		if st, ok := claim(t, s, "w2", late); !ok || st.ID != "s2" {
+			t.Fatalf("after both leases ended: %+v %v; want only the repeatable s2", st, ok)
+		}
+		expired, err := s.ExpiredSteps(ctx, late, 10)
+		if err != nil || len(expired) != 1 || expired[0].ID != "s1" || !expired[0].Once {
+			t.Fatalf("expired %+v %v", expired, err)
+		}
+		if st, applied := update(t, s, store.StepUpdate{ID: "s1", From: store.StepExecuting, Epoch: 1, Owner: "w1",
+			Status: store.StepOutcomeUnknown, ClearClaim: true}); !applied || st.Status != store.StepOutcomeUnknown {
+			t.Fatalf("to outcome unknown: %+v %v", st, applied)
+		}
+		if expired, err := s.ExpiredSteps(ctx, late.Add(lease+time.Second), 10); err != nil || len(expired) != 1 || expired[0].ID != "s2" {
+			t.Fatalf("expired after settling s1: %+v %v", expired, err)
+		}
+	})
+
+	t.Run("UpdatesRollBackWithTheTransaction", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		add(t, s, store.Step{ID: "s1"})
+		_ = s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			if _, ok, err := s.ClaimStepTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: "w1", Now: t0, Lease: lease}); err != nil || !ok {
+				return fmt.Errorf("claim: %v %v", ok, err)
+			}
+			return errors.New("roll back")
+		})
+		if st, err := s.GetStep(ctx, "app-a", "s1"); err != nil || st.Status != store.StepDispatched || st.Epoch != 0 || st.Attempts != 0 {
+			t.Fatalf("after a rolled-back claim: %+v %v", st, err)
+		}
+	})
+
+	t.Run("StepsAreScopedAndListed", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		add(t, s, store.Step{ID: "s2", Name: "second", CreatedAt: t0.Add(time.Second)})
+		add(t, s, store.Step{ID: "s1", Name: "first"})
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			return s.AddStepTx(ctx, tx, store.Step{App: "app-a", ID: "s1", ExecutionID: "e1", Type: "export", Status: store.StepDispatched, CreatedAt: t0})
+		}); !errors.Is(err, store.ErrDuplicate) {
+			t.Fatalf("same step id: %v, want ErrDuplicate", err)
+		}
+		steps, err := s.ListSteps(ctx, "app-a", "e1")
+		if err != nil || len(steps) != 2 || steps[0].ID != "s1" || steps[1].ID != "s2" || steps[0].Name != "first" {
+			t.Fatalf("steps %+v %v", steps, err)
+		}
+		if _, err := s.GetStep(ctx, "app-b", "s1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("another application's step: %v, want ErrNotFound", err)
+		}
+		if _, err := s.ListSteps(ctx, "app-b", "e1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("another application's steps: %v, want ErrNotFound", err)
+		}
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			_, _, err := s.UpdateStepTx(ctx, tx, store.StepUpdate{App: "app-b", ID: "s1", From: store.StepDispatched, Status: store.StepFailed})
+			return err
+		}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("another application's update: %v, want ErrNotFound", err)
+		}
+	})
+}
