@@ -1,0 +1,154 @@
+package pgstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/store"
+)
+
+var _ store.StepStore[pgx.Tx] = (*Store)(nil)
+
+var (
+	//go:embed sql/step_insert.sql
+	stepInsertSQL string
+	//go:embed sql/step_claim.sql
+	stepClaimSQL string
+	//go:embed sql/step_update.sql
+	stepUpdateSQL string
+	//go:embed sql/step_get.sql
+	stepGetSQL string
+	//go:embed sql/steps_list.sql
+	stepsListSQL string
+	//go:embed sql/steps_expired.sql
+	stepsExpiredSQL string
+)
+
+// scanStep reads the step columns every step statement returns, after
+// the ones in pre.
+func scanStep(row pgx.Row, st *store.Step, pre ...any) error {
+	var status int16
+	var lease *time.Time
+	dst := append(pre, &st.ID, &st.ExecutionID, &st.Name, &st.Type, &st.Once, &status, &st.Epoch, &st.Attempts, &st.Owner,
+		&lease, &st.DueAt, &st.CancelRequested, &st.Output, &st.Error, &st.IdempotencyKey, &st.CreatedAt)
+	if err := row.Scan(dst...); err != nil {
+		return err
+	}
+	st.Status, st.LeaseUntil = store.StepStatus(status), valueOf(lease)
+	return nil
+}
+
+// AddStepTx implements store.StepStore.
+func (s *Store) AddStepTx(ctx context.Context, tx pgx.Tx, st store.Step) error {
+	if st.App == "" || st.ID == "" || st.ExecutionID == "" || st.Status == 0 {
+		return execError("add step", st.App, st.ID, errors.New("app, id, execution id and status are required"))
+	}
+	if err := checkText(map[string]string{"app": st.App, "step id": st.ID, "execution id": st.ExecutionID, "name": st.Name,
+		"type": st.Type, "idempotency key": st.IdempotencyKey}); err != nil {
+		return execError("add step", st.App, st.ID, err)
+	}
+	return execError("add step", st.App, st.ID, insertOnce(ctx, tx, stepInsertSQL, st.App, st.ID, st.ExecutionID, st.Name, st.Type,
+		st.Once, int16(st.Status), st.DueAt, st.IdempotencyKey, st.CreatedAt))
+}
+
+// ClaimStepTx implements store.StepStore in one statement
+// (sql/step_claim.sql, FOR UPDATE SKIP LOCKED).
+func (s *Store) ClaimStepTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) (store.Step, bool, error) {
+	if len(c.Types) == 0 || c.Owner == "" || c.Lease <= 0 {
+		return store.Step{}, false, errors.New("idem/pgstore: claim step: types, owner and lease are required")
+	}
+	types := map[string]string{"owner": c.Owner}
+	for _, t := range c.Types {
+		types["type "+t] = t
+	}
+	if err := checkText(types); err != nil {
+		return store.Step{}, false, fmt.Errorf("idem/pgstore: claim step: %w", err)
+	}
+	var st store.Step
+	err := scanStep(tx.QueryRow(ctx, stepClaimSQL, c.Types, c.Now, c.Owner, c.Now.Add(c.Lease)), &st, &st.App)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Step{}, false, nil
+	case err != nil:
+		return store.Step{}, false, fmt.Errorf("idem/pgstore: claim step: %w", err)
+	}
+	return st, true, nil
+}
+
+// UpdateStepTx implements store.StepStore.
+func (s *Store) UpdateStepTx(ctx context.Context, tx pgx.Tx, u store.StepUpdate) (store.Step, bool, error) {
+	if err := checkText(map[string]string{"app": u.App, "step id": u.ID, "owner": u.Owner, "error": u.Error}); err != nil {
+		return store.Step{}, false, execError("update step", u.App, u.ID, err)
+	}
+	var output any // NULL keeps the stored output
+	if u.Output != nil {
+		output = u.Output
+	}
+	st := store.Step{App: u.App}
+	err := scanStep(tx.QueryRow(ctx, stepUpdateSQL, u.App, u.ID, int16(u.From), u.Epoch, u.Owner, int16(u.Status), u.ClearClaim,
+		orNull(u.LeaseUntil), orNull(u.DueAt), output, u.Error, u.CancelRequested), &st)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = scanStep(tx.QueryRow(ctx, stepGetSQL, u.App, u.ID), &st)
+		return st, false, execError("update step", u.App, u.ID, err)
+	}
+	if err != nil {
+		return store.Step{}, false, execError("update step", u.App, u.ID, err)
+	}
+	return st, true, nil
+}
+
+// GetStep implements store.StepStore.
+func (s *Store) GetStep(ctx context.Context, app, id string) (store.Step, error) {
+	if !storable(app) || !storable(id) {
+		return store.Step{}, execError("get step", app, id, store.ErrNotFound)
+	}
+	st := store.Step{App: app}
+	if err := scanStep(s.pool.QueryRow(ctx, stepGetSQL, app, id), &st); err != nil {
+		return store.Step{}, execError("get step", app, id, err)
+	}
+	return st, nil
+}
+
+// querySteps runs a step listing; each row's app is app, or read first
+// when app is empty.
+func (s *Store) querySteps(ctx context.Context, app, query string, args ...any) ([]store.Step, error) {
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Step, error) {
+		st := store.Step{App: app}
+		var pre []any
+		if app == "" {
+			pre = []any{&st.App}
+		}
+		err := scanStep(r, &st, pre...)
+		return st, err
+	})
+}
+
+// ListSteps implements store.StepStore.
+func (s *Store) ListSteps(ctx context.Context, app, executionID string) ([]store.Step, error) {
+	if _, err := s.GetExecution(ctx, app, executionID); err != nil {
+		return nil, err
+	}
+	out, err := s.querySteps(ctx, app, stepsListSQL, app, executionID)
+	return out, execError("list steps", app, executionID, err)
+}
+
+// ExpiredSteps implements store.StepStore.
+func (s *Store) ExpiredSteps(ctx context.Context, now time.Time, limit int) ([]store.Step, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("idem/pgstore: expired steps: limit %d, want at least 1", limit)
+	}
+	out, err := s.querySteps(ctx, "", stepsExpiredSQL, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: expired steps: %w", err)
+	}
+	return out, nil
+}
