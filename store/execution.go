@@ -155,9 +155,12 @@ type ExecutionStore[TX any] interface {
 	AppendEventTx(ctx context.Context, tx TX, app, executionID string, ev Event, progress int) (seq int64, err error)
 
 	// GetTask, GetExecution: ErrNotFound for an unknown ID or another
-	// application's.
+	// application's. The Tx forms read in tx, seeing its writes (they take
+	// no lock: the changes decided on what they read are conditional).
 	GetTask(ctx context.Context, app, id string) (Task, error)
 	GetExecution(ctx context.Context, app, id string) (Execution, error)
+	GetTaskTx(ctx context.Context, tx TX, app, id string) (Task, error)
+	GetExecutionTx(ctx context.Context, tx TX, app, id string) (Execution, error)
 
 	// ListTasks returns q's page, newest first (creation time, then ID
 	// descending).
@@ -275,7 +278,9 @@ type StepStore[TX any] interface {
 	UpdateStepTx(ctx context.Context, tx TX, u StepUpdate) (s Step, applied bool, err error)
 
 	// GetStep: ErrNotFound for an unknown step or another application's.
+	// GetStepTx reads in tx, as GetTaskTx does.
 	GetStep(ctx context.Context, app, id string) (Step, error)
+	GetStepTx(ctx context.Context, tx TX, app, id string) (Step, error)
 
 	// ListSteps returns the execution's steps in creation order (then ID).
 	ListSteps(ctx context.Context, app, executionID string) ([]Step, error)

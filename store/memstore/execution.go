@@ -190,6 +190,18 @@ func cloneExec(e store.Execution) store.Execution {
 func (x *Executions) GetTask(ctx context.Context, app, id string) (store.Task, error) {
 	x.in.mu.Lock()
 	defer x.in.mu.Unlock()
+	return x.getTask(app, id)
+}
+
+// GetTaskTx implements store.ExecutionStore.
+func (x *Executions) GetTaskTx(ctx context.Context, tx *Tx, app, id string) (store.Task, error) {
+	if err := tx.check(); err != nil {
+		return store.Task{}, err
+	}
+	return x.getTask(app, id)
+}
+
+func (x *Executions) getTask(app, id string) (store.Task, error) {
 	t, ok := x.tasks[appID{app, id}]
 	if !ok {
 		return store.Task{}, fmt.Errorf("memstore: task %q: %w", id, store.ErrNotFound)
@@ -202,6 +214,18 @@ func (x *Executions) GetTask(ctx context.Context, app, id string) (store.Task, e
 func (x *Executions) GetExecution(ctx context.Context, app, id string) (store.Execution, error) {
 	x.in.mu.Lock()
 	defer x.in.mu.Unlock()
+	return x.getExecution(app, id)
+}
+
+// GetExecutionTx implements store.ExecutionStore.
+func (x *Executions) GetExecutionTx(ctx context.Context, tx *Tx, app, id string) (store.Execution, error) {
+	if err := tx.check(); err != nil {
+		return store.Execution{}, err
+	}
+	return x.getExecution(app, id)
+}
+
+func (x *Executions) getExecution(app, id string) (store.Execution, error) {
 	e, ok := x.execs[appID{app, id}]
 	if !ok {
 		return store.Execution{}, fmt.Errorf("memstore: execution %q: %w", id, store.ErrNotFound)
@@ -376,6 +400,18 @@ func (x *Executions) UpdateStepTx(ctx context.Context, tx *Tx, u store.StepUpdat
 func (x *Executions) GetStep(ctx context.Context, app, id string) (store.Step, error) {
 	x.in.mu.Lock()
 	defer x.in.mu.Unlock()
+	return x.getStep(app, id)
+}
+
+// GetStepTx implements store.StepStore.
+func (x *Executions) GetStepTx(ctx context.Context, tx *Tx, app, id string) (store.Step, error) {
+	if err := tx.check(); err != nil {
+		return store.Step{}, err
+	}
+	return x.getStep(app, id)
+}
+
+func (x *Executions) getStep(app, id string) (store.Step, error) {
 	st, ok := x.steps[appID{app, id}]
 	if !ok {
 		return store.Step{}, fmt.Errorf("memstore: step %q: %w", id, store.ErrNotFound)

@@ -214,10 +214,24 @@ func scanTask(row pgx.Row) (store.Task, error) {
 
 // GetTask implements store.ExecutionStore.
 func (s *Store) GetTask(ctx context.Context, app, id string) (store.Task, error) {
+	return getTask(ctx, s.pool, app, id)
+}
+
+// GetTaskTx implements store.ExecutionStore.
+func (s *Store) GetTaskTx(ctx context.Context, tx pgx.Tx, app, id string) (store.Task, error) {
+	return getTask(ctx, tx, app, id)
+}
+
+// rowQuerier is a pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func getTask(ctx context.Context, q rowQuerier, app, id string) (store.Task, error) {
 	if !storable(app) || !storable(id) {
 		return store.Task{}, execError("get task", app, id, store.ErrNotFound) // no such row can exist
 	}
-	t, err := scanTask(s.pool.QueryRow(ctx, taskGetSQL, app, id))
+	t, err := scanTask(q.QueryRow(ctx, taskGetSQL, app, id))
 	if err != nil {
 		return store.Task{}, execError("get task", app, id, err)
 	}
@@ -227,11 +241,20 @@ func (s *Store) GetTask(ctx context.Context, app, id string) (store.Task, error)
 
 // GetExecution implements store.ExecutionStore.
 func (s *Store) GetExecution(ctx context.Context, app, id string) (store.Execution, error) {
+	return getExecution(ctx, s.pool, app, id)
+}
+
+// GetExecutionTx implements store.ExecutionStore.
+func (s *Store) GetExecutionTx(ctx context.Context, tx pgx.Tx, app, id string) (store.Execution, error) {
+	return getExecution(ctx, tx, app, id)
+}
+
+func getExecution(ctx context.Context, q rowQuerier, app, id string) (store.Execution, error) {
 	if !storable(app) || !storable(id) {
 		return store.Execution{}, execError("get execution", app, id, store.ErrNotFound)
 	}
 	e := store.Execution{App: app, ID: id}
-	if err := scanExecution(s.pool.QueryRow(ctx, executionGetSQL, app, id), &e); err != nil {
+	if err := scanExecution(q.QueryRow(ctx, executionGetSQL, app, id), &e); err != nil {
 		return store.Execution{}, execError("get execution", app, id, err)
 	}
 	return e, nil

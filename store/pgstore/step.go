@@ -104,11 +104,20 @@ func (s *Store) UpdateStepTx(ctx context.Context, tx pgx.Tx, u store.StepUpdate)
 
 // GetStep implements store.StepStore.
 func (s *Store) GetStep(ctx context.Context, app, id string) (store.Step, error) {
+	return getStep(ctx, s.pool, app, id)
+}
+
+// GetStepTx implements store.StepStore.
+func (s *Store) GetStepTx(ctx context.Context, tx pgx.Tx, app, id string) (store.Step, error) {
+	return getStep(ctx, tx, app, id)
+}
+
+func getStep(ctx context.Context, q rowQuerier, app, id string) (store.Step, error) {
 	if !storable(app) || !storable(id) {
 		return store.Step{}, execError("get step", app, id, store.ErrNotFound)
 	}
 	st := store.Step{App: app}
-	if err := scanStep(s.pool.QueryRow(ctx, stepGetSQL, app, id), &st); err != nil {
+	if err := scanStep(q.QueryRow(ctx, stepGetSQL, app, id), &st); err != nil {
 		return store.Step{}, execError("get step", app, id, err)
 	}
 	return st, nil

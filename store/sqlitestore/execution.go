@@ -174,7 +174,24 @@ func (s *Store) AppendEventTx(ctx context.Context, tx *sql.Tx, app, executionID 
 
 // GetTask implements store.ExecutionStore.
 func (s *Store) GetTask(ctx context.Context, app, id string) (store.Task, error) {
-	t, err := scanTask(s.db.QueryRowContext(ctx, taskGetSQL, sql.Named("app", app), sql.Named("id", id)))
+	return s.getTask(ctx, s.db, app, id)
+}
+
+// GetTaskTx implements store.ExecutionStore.
+func (s *Store) GetTaskTx(ctx context.Context, tx *sql.Tx, app, id string) (store.Task, error) {
+	if tx == nil {
+		return store.Task{}, execError("get task", app, id, errors.New("tx is nil"))
+	}
+	return s.getTask(ctx, tx, app, id)
+}
+
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (s *Store) getTask(ctx context.Context, q querier, app, id string) (store.Task, error) {
+	t, err := scanTask(q.QueryRowContext(ctx, taskGetSQL, sql.Named("app", app), sql.Named("id", id)))
 	if err != nil {
 		return store.Task{}, execError("get task", app, id, interpretError(err))
 	}
@@ -195,8 +212,20 @@ func scanTask(row interface{ Scan(...any) error }) (store.Task, error) {
 
 // GetExecution implements store.ExecutionStore.
 func (s *Store) GetExecution(ctx context.Context, app, id string) (store.Execution, error) {
+	return s.getExecution(ctx, s.db, app, id)
+}
+
+// GetExecutionTx implements store.ExecutionStore.
+func (s *Store) GetExecutionTx(ctx context.Context, tx *sql.Tx, app, id string) (store.Execution, error) {
+	if tx == nil {
+		return store.Execution{}, execError("get execution", app, id, errors.New("tx is nil"))
+	}
+	return s.getExecution(ctx, tx, app, id)
+}
+
+func (s *Store) getExecution(ctx context.Context, q querier, app, id string) (store.Execution, error) {
 	e := store.Execution{App: app, ID: id}
-	err := scanExecution(s.db.QueryRowContext(ctx, executionGetSQL, sql.Named("app", app), sql.Named("id", id)), &e)
+	err := scanExecution(q.QueryRowContext(ctx, executionGetSQL, sql.Named("app", app), sql.Named("id", id)), &e)
 	if err != nil {
 		return store.Execution{}, execError("get execution", app, id, interpretError(err))
 	}

@@ -104,8 +104,20 @@ func (s *Store) UpdateStepTx(ctx context.Context, tx *sql.Tx, u store.StepUpdate
 
 // GetStep implements store.StepStore.
 func (s *Store) GetStep(ctx context.Context, app, id string) (store.Step, error) {
+	return s.getStep(ctx, s.db, app, id)
+}
+
+// GetStepTx implements store.StepStore.
+func (s *Store) GetStepTx(ctx context.Context, tx *sql.Tx, app, id string) (store.Step, error) {
+	if tx == nil {
+		return store.Step{}, execError("get step", app, id, errors.New("tx is nil"))
+	}
+	return s.getStep(ctx, tx, app, id)
+}
+
+func (s *Store) getStep(ctx context.Context, q querier, app, id string) (store.Step, error) {
 	st := store.Step{App: app}
-	if err := scanStep(s.db.QueryRowContext(ctx, stepGetSQL, sql.Named("app", app), sql.Named("id", id)), &st); err != nil {
+	if err := scanStep(q.QueryRowContext(ctx, stepGetSQL, sql.Named("app", app), sql.Named("id", id)), &st); err != nil {
 		return store.Step{}, execError("get step", app, id, interpretError(err))
 	}
 	return st, nil

@@ -89,7 +89,20 @@ func exerciseExecutions[TX any](t *testing.T, open Open[TX]) {
 			if err := ledger.Charge(ctx, tx, "t1"); err != nil {
 				return err
 			}
-			return s.CreateTaskTx(ctx, tx, nt)
+			if err := s.CreateTaskTx(ctx, tx, nt); err != nil {
+				return err
+			}
+			// The transaction reads its own writes.
+			if task, err := s.GetTaskTx(ctx, tx, "app-a", "t1"); err != nil || task.CurrentExecution != "t1-e1" {
+				return fmt.Errorf("GetTaskTx in the creating transaction: %+v %v", task, err)
+			}
+			if e, err := s.GetExecutionTx(ctx, tx, "app-a", "t1-e1"); err != nil || e.Number != 1 {
+				return fmt.Errorf("GetExecutionTx in the creating transaction: %+v %v", e, err)
+			}
+			if _, err := s.GetTaskTx(ctx, tx, "app-b", "t1"); !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("GetTaskTx of another application: %v, want ErrNotFound", err)
+			}
+			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}

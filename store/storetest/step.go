@@ -221,6 +221,9 @@ func exerciseSteps[TX any](t *testing.T, open Open[TX]) {
 			if _, ok, err := s.ClaimStepTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: "w1", Now: t0, Lease: lease}); err != nil || !ok {
 				return fmt.Errorf("claim: %v %v", ok, err)
 			}
+			if st, err := s.GetStepTx(ctx, tx, "app-a", "s1"); err != nil || st.Status != store.StepExecuting || st.Owner != "w1" {
+				t.Errorf("GetStepTx in the claiming transaction: %+v %v", st, err)
+			}
 			return errors.New("roll back")
 		})
 		if st, err := s.GetStep(ctx, "app-a", "s1"); err != nil || st.Status != store.StepDispatched || st.Epoch != 0 || st.Attempts != 0 {
