@@ -282,8 +282,10 @@ type StepStore[TX any] interface {
 	GetStep(ctx context.Context, app, id string) (Step, error)
 	GetStepTx(ctx context.Context, tx TX, app, id string) (Step, error)
 
-	// ListSteps returns the execution's steps in creation order (then ID).
+	// ListSteps returns the execution's steps in creation order (then ID);
+	// ListStepsTx reads them in tx.
 	ListSteps(ctx context.Context, app, executionID string) ([]Step, error)
+	ListStepsTx(ctx context.Context, tx TX, app, executionID string) ([]Step, error)
 
 	// ExpiredSteps returns up to limit EXECUTING steps whose lease ended
 	// before now, oldest lease first, for the caller to settle: once-only

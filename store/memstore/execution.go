@@ -423,6 +423,18 @@ func (x *Executions) getStep(app, id string) (store.Step, error) {
 func (x *Executions) ListSteps(ctx context.Context, app, executionID string) ([]store.Step, error) {
 	x.in.mu.Lock()
 	defer x.in.mu.Unlock()
+	return x.listSteps(app, executionID)
+}
+
+// ListStepsTx implements store.StepStore.
+func (x *Executions) ListStepsTx(ctx context.Context, tx *Tx, app, executionID string) ([]store.Step, error) {
+	if err := tx.check(); err != nil {
+		return nil, err
+	}
+	return x.listSteps(app, executionID)
+}
+
+func (x *Executions) listSteps(app, executionID string) ([]store.Step, error) {
 	if _, ok := x.execs[appID{app, executionID}]; !ok {
 		return nil, fmt.Errorf("memstore: execution %q: %w", executionID, store.ErrNotFound)
 	}

@@ -125,8 +125,10 @@ func getStep(ctx context.Context, q rowQuerier, app, id string) (store.Step, err
 
 // querySteps runs a step listing; each row's app is app, or read first
 // when app is empty.
-func (s *Store) querySteps(ctx context.Context, app, query string, args ...any) ([]store.Step, error) {
-	rows, err := s.pool.Query(ctx, query, args...)
+func (s *Store) querySteps(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, app, query string, args ...any) ([]store.Step, error) {
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +148,16 @@ func (s *Store) ListSteps(ctx context.Context, app, executionID string) ([]store
 	if _, err := s.GetExecution(ctx, app, executionID); err != nil {
 		return nil, err
 	}
-	out, err := s.querySteps(ctx, app, stepsListSQL, app, executionID)
+	out, err := s.querySteps(ctx, s.pool, app, stepsListSQL, app, executionID)
+	return out, execError("list steps", app, executionID, err)
+}
+
+// ListStepsTx implements store.StepStore.
+func (s *Store) ListStepsTx(ctx context.Context, tx pgx.Tx, app, executionID string) ([]store.Step, error) {
+	if _, err := s.GetExecutionTx(ctx, tx, app, executionID); err != nil {
+		return nil, err
+	}
+	out, err := s.querySteps(ctx, tx, app, stepsListSQL, app, executionID)
 	return out, execError("list steps", app, executionID, err)
 }
 
@@ -155,7 +166,7 @@ func (s *Store) ExpiredSteps(ctx context.Context, now time.Time, limit int) ([]s
 	if limit < 1 {
 		return nil, fmt.Errorf("idem/pgstore: expired steps: limit %d, want at least 1", limit)
 	}
-	out, err := s.querySteps(ctx, "", stepsExpiredSQL, now, limit)
+	out, err := s.querySteps(ctx, s.pool, "", stepsExpiredSQL, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("idem/pgstore: expired steps: %w", err)
 	}

@@ -123,10 +123,15 @@ func (s *Store) getStep(ctx context.Context, q querier, app, id string) (store.S
 	return st, nil
 }
 
+// rowsQuerier is a *sql.DB or a *sql.Tx.
+type rowsQuerier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // querySteps runs a step listing; each row's app is app, or read first
 // when app is empty.
-func (s *Store) querySteps(ctx context.Context, app, query string, args ...any) ([]store.Step, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+func (s *Store) querySteps(ctx context.Context, q rowsQuerier, app, query string, args ...any) ([]store.Step, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -151,7 +156,16 @@ func (s *Store) ListSteps(ctx context.Context, app, executionID string) ([]store
 	if _, err := s.GetExecution(ctx, app, executionID); err != nil {
 		return nil, err
 	}
-	out, err := s.querySteps(ctx, app, stepsListSQL, sql.Named("app", app), sql.Named("execution_id", executionID))
+	out, err := s.querySteps(ctx, s.db, app, stepsListSQL, sql.Named("app", app), sql.Named("execution_id", executionID))
+	return out, execError("list steps", app, executionID, err)
+}
+
+// ListStepsTx implements store.StepStore.
+func (s *Store) ListStepsTx(ctx context.Context, tx *sql.Tx, app, executionID string) ([]store.Step, error) {
+	if _, err := s.GetExecutionTx(ctx, tx, app, executionID); err != nil {
+		return nil, err
+	}
+	out, err := s.querySteps(ctx, tx, app, stepsListSQL, sql.Named("app", app), sql.Named("execution_id", executionID))
 	return out, execError("list steps", app, executionID, err)
 }
 
@@ -160,7 +174,7 @@ func (s *Store) ExpiredSteps(ctx context.Context, now time.Time, limit int) ([]s
 	if limit < 1 {
 		return nil, fmt.Errorf("sqlitestore: expired steps: limit %d, want at least 1", limit)
 	}
-	out, err := s.querySteps(ctx, "", stepsExpiredSQL, sql.Named("now", toMicros(now)), sql.Named("limit", limit))
+	out, err := s.querySteps(ctx, s.db, "", stepsExpiredSQL, sql.Named("now", toMicros(now)), sql.Named("limit", limit))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: expired steps: %w", err)
 	}

@@ -245,6 +245,15 @@ func exerciseSteps[TX any](t *testing.T, open Open[TX]) {
 		if err != nil || len(steps) != 2 || steps[0].ID != "s1" || steps[1].ID != "s2" || steps[0].Name != "first" {
 			t.Fatalf("steps %+v %v", steps, err)
 		}
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			steps, err := s.ListStepsTx(ctx, tx, "app-a", "e1")
+			if err != nil || len(steps) != 2 || steps[0].ID != "s1" {
+				return fmt.Errorf("ListStepsTx: %+v %v", steps, err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := s.GetStep(ctx, "app-b", "s1"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("another application's step: %v, want ErrNotFound", err)
 		}
