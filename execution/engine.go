@@ -1,0 +1,237 @@
+package execution
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// Sentinel errors of the engine, matched with errors.Is.
+var (
+	// ErrBadConfig is wrapped by New's error for a Config out of range.
+	ErrBadConfig = errors.New("execution: bad config")
+	// ErrUnknownType: the task's type is not declared in Config.Types.
+	ErrUnknownType = errors.New("execution: unknown task type")
+	// ErrBadInput: the task's input is not JSON (or a field is out of
+	// range); nothing was written.
+	ErrBadInput = errors.New("execution: bad input")
+	// ErrNotFound: no such task, execution or step for this application.
+	ErrNotFound = errors.New("execution: not found")
+	// ErrFenced: a worker's write carried an epoch (and owner) that is not
+	// the step's current claim: its lease ended and the step was claimed
+	// again. Nothing changed.
+	ErrFenced = fmt.Errorf("execution: stale claim: %w", store.ErrFenced)
+)
+
+// TypeConfig configures one task type.
+type TypeConfig struct {
+	// Lease is a claim's default lease. Defaults to DefaultLease.
+	Lease time.Duration
+	// MaxAttempts is how many claims a step gets before a retryable
+	// failure fails it for good. Defaults to DefaultMaxAttempts.
+	MaxAttempts int
+	// Backoff is the wait before the first retry, doubled at each one up
+	// to a minute. Defaults to DefaultBackoff.
+	Backoff time.Duration
+	// Once declares the type once-only: a step whose worker lost its lease
+	// becomes OUTCOME_UNKNOWN for an operator, instead of being dispatched
+	// again. Defaults to false (repeatable: its workers send stable
+	// downstream keys).
+	Once bool
+}
+
+// Defaults of TypeConfig.
+const (
+	DefaultLease       = 30 * time.Second
+	DefaultMaxAttempts = 3
+	DefaultBackoff     = time.Second
+	maxBackoff         = time.Minute
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Types are the declared task types, by name. Required.
+	Types map[string]TypeConfig
+	// OnEventTx, when set, is called for every event the engine writes, in
+	// the transaction that writes it (to enqueue its callback in the
+	// outbox, so the callback exists if and only if the event does). An
+	// error rolls the whole change back.
+	OnEventTx func(ctx context.Context, tx any, app string, task store.Task, e store.Execution, ev store.Event) error
+	// Now is the engine's clock. Defaults to time.Now.
+	Now func() time.Time
+	// NewID makes task, execution and step IDs. Defaults to rand.Text.
+	NewID func() string
+	// Logger defaults to a logger that discards everything.
+	Logger *slog.Logger
+}
+
+// Store is what the engine runs on: the execution store family, one value.
+type Store[TX any] interface {
+	store.ExecutionStore[TX]
+	store.StepStore[TX]
+}
+
+// Engine creates tasks and runs their executions' steps: every change is
+// one transaction with the events that report it, decided by Next and
+// NextStep and applied as conditional updates. Safe for concurrent use.
+type Engine[TX any] struct {
+	s   Store[TX]
+	cfg Config
+}
+
+// New returns an engine over s.
+func New[TX any](s Store[TX], cfg *Config) (*Engine[TX], error) {
+	if s == nil || cfg == nil || len(cfg.Types) == 0 {
+		return nil, fmt.Errorf("%w: a store and at least one task type are required", ErrBadConfig)
+	}
+	c := *cfg
+	c.Types = make(map[string]TypeConfig, len(cfg.Types))
+	for name, t := range cfg.Types {
+		switch {
+		case name == "" || strings.TrimSpace(name) != name:
+			return nil, fmt.Errorf("%w: task type %q", ErrBadConfig, name)
+		case t.Lease < 0 || t.MaxAttempts < 0 || t.Backoff < 0:
+			return nil, fmt.Errorf("%w: task type %q: negative Lease, MaxAttempts or Backoff", ErrBadConfig, name)
+		}
+		if t.Lease == 0 {
+			t.Lease = DefaultLease
+		}
+		if t.MaxAttempts == 0 {
+			t.MaxAttempts = DefaultMaxAttempts
+		}
+		if t.Backoff == 0 {
+			t.Backoff = DefaultBackoff
+		}
+		c.Types[name] = t
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.NewID == nil {
+		c.NewID = rand.Text
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Engine[TX]{s: s, cfg: c}, nil
+}
+
+// NewTask is an application's request to do work.
+type NewTask struct {
+	Type        string
+	Input       json.RawMessage
+	ExternalRef string
+	Deadline    time.Time
+}
+
+// eventData is the JSON data of every event.
+type eventData struct {
+	TaskID      string          `json:"taskId"`
+	ExecutionID string          `json:"executionId"`
+	Status      string          `json:"status"`
+	ExternalRef string          `json:"externalRef,omitempty"`
+	Progress    *int            `json:"progress,omitempty"`
+	Output      json.RawMessage `json:"output,omitempty"`
+	Error       string          `json:"error,omitempty"`
+}
+
+// event builds the event that reports e's status (or progress).
+func (en *Engine[TX]) event(task store.Task, e store.Execution, typ string, progress *int) store.Event {
+	d := eventData{TaskID: task.ID, ExecutionID: e.ID, Status: Status(e.Status).String(), ExternalRef: task.ExternalRef,
+		Progress: progress, Output: e.Output, Error: e.Error}
+	data, _ := json.Marshal(d) // plain types always marshal
+	return store.Event{ExecutionID: e.ID, Type: typ, Data: data, Time: en.cfg.Now()}
+}
+
+// statusType is the event type of a transition to s.
+func statusType(s Status) string { return "idem.execution." + strings.ToLower(s.String()) }
+
+// emit reports ev to OnEventTx.
+func (en *Engine[TX]) emit(ctx context.Context, tx TX, task store.Task, e store.Execution, ev store.Event) error {
+	if en.cfg.OnEventTx == nil {
+		return nil
+	}
+	return en.cfg.OnEventTx(ctx, tx, task.App, task, e, ev)
+}
+
+// CreateTx writes, in tx, the task, its first execution (CREATED, then
+// QUEUED: events 1 and 2) and its step, ready for a worker. The caller's
+// own writes in tx (its request key, its business row) commit with them.
+func (en *Engine[TX]) CreateTx(ctx context.Context, tx TX, app string, nt NewTask) (store.Task, store.Execution, error) {
+	tc, ok := en.cfg.Types[nt.Type]
+	if !ok {
+		return store.Task{}, store.Execution{}, fmt.Errorf("%w: %q", ErrUnknownType, nt.Type)
+	}
+	if !json.Valid(nt.Input) {
+		return store.Task{}, store.Execution{}, fmt.Errorf("%w: input is not JSON", ErrBadInput)
+	}
+	now := en.cfg.Now()
+	task := store.Task{App: app, ID: en.cfg.NewID(), Type: nt.Type, Input: nt.Input, ExternalRef: nt.ExternalRef,
+		Deadline: nt.Deadline, CreatedAt: now}
+	e := store.Execution{App: app, ID: en.cfg.NewID(), TaskID: task.ID, Number: 1, Status: store.ExecutionCreated, LastSequence: 1, CreatedAt: now}
+	task.CurrentExecution, task.Status = e.ID, e.Status
+	first := en.event(task, e, statusType(StatusCreated), nil)
+	if err := en.s.CreateTaskTx(ctx, tx, store.NewTask{Task: task, ExecutionID: e.ID, Status: e.Status, Event: first}); err != nil {
+		return store.Task{}, store.Execution{}, err
+	}
+	first.Sequence = 1
+	if err := en.emit(ctx, tx, task, e, first); err != nil {
+		return store.Task{}, store.Execution{}, err
+	}
+	e, err := en.queue(ctx, tx, task, e, tc)
+	if err != nil {
+		return store.Task{}, store.Execution{}, err
+	}
+	task.Status = e.Status
+	return task, e, nil
+}
+
+// queue moves a CREATED execution to QUEUED and dispatches its step.
+func (en *Engine[TX]) queue(ctx context.Context, tx TX, task store.Task, e store.Execution, tc TypeConfig) (store.Execution, error) {
+	e, err := en.transition(ctx, tx, task, e, ActionQueue, store.Transition{})
+	if err != nil {
+		return store.Execution{}, err
+	}
+	step := store.Step{App: task.App, ID: en.cfg.NewID(), ExecutionID: e.ID, Name: task.Type, Type: task.Type, Once: tc.Once,
+		Status: store.StepDispatched, DueAt: e.CreatedAt, IdempotencyKey: e.ID + ":" + task.Type, CreatedAt: e.CreatedAt}
+	if err := en.s.AddStepTx(ctx, tx, step); err != nil {
+		return store.Execution{}, err
+	}
+	return e, nil
+}
+
+// transition applies action a to e in tx (decided by Next on e's status)
+// with the event that reports it. An execution no longer in the status it
+// was read in is ErrIllegalTransition (another writer moved it).
+func (en *Engine[TX]) transition(ctx context.Context, tx TX, task store.Task, e store.Execution, a Action, t store.Transition) (store.Execution, error) {
+	next, changed, err := Next(Status(e.Status), a)
+	if err != nil || !changed {
+		return e, err
+	}
+	t.App, t.ID, t.From, t.To = e.App, e.ID, e.Status, store.ExecutionStatus(next)
+	if next.Terminal() && t.FinishedAt.IsZero() {
+		t.FinishedAt = en.cfg.Now()
+	}
+	preview := e
+	preview.Status, preview.Output, preview.Error = t.To, t.Output, t.Error
+	t.Event = en.event(task, preview, statusType(next), nil)
+	got, applied, err := en.s.TransitionTx(ctx, tx, t)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	if !applied {
+		return got, fmt.Errorf("%w: %v on a %v execution (it was %v when decided)", ErrIllegalTransition, a, Status(got.Status), Status(e.Status))
+	}
+	t.Event.Sequence = got.LastSequence
+	if err := en.emit(ctx, tx, task, got, t.Event); err != nil {
+		return store.Execution{}, err
+	}
+	return got, nil
+}

@@ -1,0 +1,414 @@
+package execution
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+// Claimed is a step a worker now holds, with its task and execution.
+type Claimed struct {
+	Step      store.Step
+	Task      store.Task
+	Execution store.Execution
+}
+
+// notFound maps the store's ErrNotFound to the engine's.
+func notFound(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}
+
+// ClaimTx claims, in tx, the oldest claimable step of types for owner,
+// under a lease (0: the smallest default lease of types), and starts its
+// execution when it was queued. ok=false when no step is claimable.
+func (en *Engine[TX]) ClaimTx(ctx context.Context, tx TX, types []string, owner string, lease time.Duration) (Claimed, bool, error) {
+	if len(types) == 0 || owner == "" || lease < 0 {
+		return Claimed{}, false, fmt.Errorf("%w: a claim needs types and an owner, and no negative lease", ErrBadInput)
+	}
+	def := time.Duration(0)
+	for _, t := range types {
+		tc, ok := en.cfg.Types[t]
+		if !ok {
+			return Claimed{}, false, fmt.Errorf("%w: %q", ErrUnknownType, t)
+		}
+		if def == 0 || tc.Lease < def {
+			def = tc.Lease
+		}
+	}
+	if lease == 0 {
+		lease = def
+	}
+	st, ok, err := en.s.ClaimStepTx(ctx, tx, store.StepClaim{Types: types, Owner: owner, Now: en.cfg.Now(), Lease: lease})
+	if err != nil || !ok {
+		return Claimed{}, false, err
+	}
+	task, e, err := en.owners(ctx, tx, st)
+	if err != nil {
+		return Claimed{}, false, err
+	}
+	if Status(e.Status) == StatusQueued {
+		t := store.Transition{}
+		if e.StartedAt.IsZero() {
+			t.StartedAt = en.cfg.Now()
+		}
+		if e, err = en.transition(ctx, tx, task, e, ActionStart, t); err != nil {
+			return Claimed{}, false, err
+		}
+	}
+	return Claimed{Step: st, Task: task, Execution: e}, true, nil
+}
+
+// owners reads the task and execution of st in tx.
+func (en *Engine[TX]) owners(ctx context.Context, tx TX, st store.Step) (store.Task, store.Execution, error) {
+	e, err := en.s.GetExecutionTx(ctx, tx, st.App, st.ExecutionID)
+	if err != nil {
+		return store.Task{}, store.Execution{}, notFound(err)
+	}
+	task, err := en.s.GetTaskTx(ctx, tx, st.App, e.TaskID)
+	if err != nil {
+		return store.Task{}, store.Execution{}, notFound(err)
+	}
+	return task, e, nil
+}
+
+// held reads a step a worker writes to under epoch: ErrFenced when epoch
+// is not its current claim, ErrIllegalTransition when it is no longer
+// EXECUTING.
+func (en *Engine[TX]) held(ctx context.Context, tx TX, app, stepID string, epoch int64) (store.Step, error) {
+	st, err := en.s.GetStepTx(ctx, tx, app, stepID)
+	if err != nil {
+		return store.Step{}, notFound(err)
+	}
+	if st.Epoch != epoch {
+		return st, fmt.Errorf("%w: epoch %d, the step's claim is %d", ErrFenced, epoch, st.Epoch)
+	}
+	if StepStatus(st.Status) != StepExecuting {
+		return st, fmt.Errorf("%w: the step is %v", ErrIllegalTransition, StepStatus(st.Status))
+	}
+	return st, nil
+}
+
+// updateStep applies a step action under st's claim (fenced when st is
+// claimed), decided by NextStep.
+func (en *Engine[TX]) updateStep(ctx context.Context, tx TX, st store.Step, a StepAction, u store.StepUpdate) (store.Step, error) {
+	next, err := NextStep(StepStatus(st.Status), a, st.Once)
+	if err != nil {
+		return st, err
+	}
+	u.App, u.ID, u.From, u.Status = st.App, st.ID, st.Status, store.StepStatus(next)
+	if StepStatus(st.Status) == StepExecuting {
+		u.Epoch, u.Owner = st.Epoch, st.Owner
+	}
+	got, applied, err := en.s.UpdateStepTx(ctx, tx, u)
+	switch {
+	case err != nil:
+		return store.Step{}, err
+	case applied:
+		return got, nil
+	case got.Epoch != st.Epoch:
+		return got, fmt.Errorf("%w: the step was claimed again (epoch %d)", ErrFenced, got.Epoch)
+	}
+	return got, fmt.Errorf("%w: %v on a %v step", ErrIllegalTransition, a, StepStatus(got.Status))
+}
+
+// HeartbeatTx extends the lease of the worker's claim (epoch) by lease
+// (0: the type's default) and says whether its execution's cancel was
+// asked.
+func (en *Engine[TX]) HeartbeatTx(ctx context.Context, tx TX, app, stepID string, epoch int64, lease time.Duration) (time.Time, bool, error) {
+	st, err := en.held(ctx, tx, app, stepID, epoch)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if lease <= 0 {
+		lease = en.cfg.Types[st.Type].Lease
+	}
+	until := en.cfg.Now().Add(lease)
+	st, applied, err := en.s.UpdateStepTx(ctx, tx, store.StepUpdate{App: app, ID: stepID, From: store.StepExecuting, Epoch: st.Epoch,
+		Owner: st.Owner, Status: store.StepExecuting, LeaseUntil: until})
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if !applied {
+		return time.Time{}, false, fmt.Errorf("%w: the step was claimed again (epoch %d)", ErrFenced, st.Epoch)
+	}
+	return until, st.CancelRequested, nil
+}
+
+// ProgressTx records a progress report (0–100) of the worker's claim as
+// an event of its execution.
+func (en *Engine[TX]) ProgressTx(ctx context.Context, tx TX, app, stepID string, epoch int64, progress int) error {
+	if progress < 0 || progress > 100 {
+		return fmt.Errorf("%w: progress %d out of 0–100", ErrBadInput, progress)
+	}
+	st, err := en.held(ctx, tx, app, stepID, epoch)
+	if err != nil {
+		return err
+	}
+	task, e, err := en.owners(ctx, tx, st)
+	if err != nil {
+		return err
+	}
+	ev := en.event(task, e, "idem.execution.progress", &progress)
+	seq, err := en.s.AppendEventTx(ctx, tx, app, e.ID, ev, progress)
+	if err != nil {
+		return err
+	}
+	ev.Sequence, e.LastSequence, e.Progress = seq, seq, progress
+	return en.emit(ctx, tx, task, e, ev)
+}
+
+// CompleteTx completes the worker's claim with output (JSON, or empty):
+// the step is COMPLETED and never runs again, and its execution
+// SUCCEEDED. A repeat with the same epoch and output answers as the first
+// did; another output is ErrIllegalTransition.
+func (en *Engine[TX]) CompleteTx(ctx context.Context, tx TX, app, stepID string, epoch int64, output json.RawMessage) (store.Execution, error) {
+	if len(output) > 0 && !json.Valid(output) {
+		return store.Execution{}, fmt.Errorf("%w: output is not JSON", ErrBadInput)
+	}
+	if output == nil {
+		output = json.RawMessage{}
+	}
+	st, err := en.held(ctx, tx, app, stepID, epoch)
+	if err != nil {
+		if StepStatus(st.Status) == StepCompleted && st.Epoch == epoch {
+			if !bytes.Equal(st.Output, output) {
+				return store.Execution{}, fmt.Errorf("%w: completed already, with another output", ErrIllegalTransition)
+			}
+			_, e, err := en.owners(ctx, tx, st)
+			return e, err
+		}
+		return store.Execution{}, err
+	}
+	if st, err = en.updateStep(ctx, tx, st, StepActionComplete, store.StepUpdate{Output: output, ClearClaim: true}); err != nil {
+		return store.Execution{}, err
+	}
+	task, e, err := en.owners(ctx, tx, st)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	out := []byte(output)
+	if len(out) == 0 {
+		out = nil
+	}
+	return en.transition(ctx, tx, task, e, ActionSucceed, store.Transition{Output: out, Progress: 100})
+}
+
+// FailTx fails the worker's claim with errText. A retryable failure with
+// attempts left dispatches the step again after a backoff (its execution
+// QUEUED meanwhile); otherwise the step FAILED, and its execution FAILED
+// (or CANCELED, when its cancel was asked).
+func (en *Engine[TX]) FailTx(ctx context.Context, tx TX, app, stepID string, epoch int64, errText string, retryable bool) (store.Execution, error) {
+	if errText == "" {
+		errText = "failed"
+	}
+	st, err := en.held(ctx, tx, app, stepID, epoch)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	task, e, err := en.owners(ctx, tx, st)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	tc := en.cfg.Types[st.Type]
+	if retryable && st.Attempts < tc.MaxAttempts && Status(e.Status) == StatusRunning && !st.CancelRequested {
+		if _, err := en.updateStep(ctx, tx, st, StepActionRetry, store.StepUpdate{
+			DueAt: en.cfg.Now().Add(en.backoff(tc, st.Attempts)), Error: errText, ClearClaim: true}); err != nil {
+			return store.Execution{}, err
+		}
+		return en.transition(ctx, tx, task, e, ActionRequeue, store.Transition{})
+	}
+	if _, err := en.updateStep(ctx, tx, st, StepActionFail, store.StepUpdate{Error: errText, ClearClaim: true}); err != nil {
+		return store.Execution{}, err
+	}
+	return en.transition(ctx, tx, task, e, ActionFail, store.Transition{Error: errText})
+}
+
+func (en *Engine[TX]) backoff(tc TypeConfig, attempts int) time.Duration {
+	d := tc.Backoff << max(attempts-1, 0)
+	if d <= 0 || d > maxBackoff {
+		return maxBackoff
+	}
+	return d
+}
+
+// CancelTx asks to cancel the application's execution. A CREATED or
+// QUEUED one is CANCELED at once (its steps fail); a RUNNING one becomes
+// CANCELING and its worker is told on its next heartbeat; a repeat
+// changes nothing. A finished execution is ErrIllegalTransition.
+func (en *Engine[TX]) CancelTx(ctx context.Context, tx TX, app, executionID string) (store.Execution, error) {
+	e, err := en.s.GetExecutionTx(ctx, tx, app, executionID)
+	if err != nil {
+		return store.Execution{}, notFound(err)
+	}
+	task, err := en.s.GetTaskTx(ctx, tx, app, e.TaskID)
+	if err != nil {
+		return store.Execution{}, notFound(err)
+	}
+	steps, err := en.s.ListStepsTx(ctx, tx, app, executionID)
+	if err != nil {
+		return store.Execution{}, notFound(err)
+	}
+	next, changed, err := Next(Status(e.Status), ActionCancel)
+	if err != nil || !changed {
+		return e, err
+	}
+	for _, st := range steps {
+		switch {
+		case StepStatus(st.Status).Terminal():
+		case next == StatusCanceling && StepStatus(st.Status) == StepExecuting:
+			// Its worker is told on its next heartbeat, and ends it.
+			if _, _, err := en.s.UpdateStepTx(ctx, tx, store.StepUpdate{App: app, ID: st.ID, From: store.StepExecuting,
+				Status: store.StepExecuting, CancelRequested: true}); err != nil {
+				return store.Execution{}, err
+			}
+		default:
+			if _, err := en.updateStep(ctx, tx, st, StepActionFail, store.StepUpdate{Error: "canceled", ClearClaim: true, CancelRequested: true}); err != nil {
+				return store.Execution{}, err
+			}
+		}
+	}
+	return en.transition(ctx, tx, task, e, ActionCancel, store.Transition{})
+}
+
+// Expire settles the steps whose lease ended before now, each in its own
+// transaction, and returns how many it settled: a once-only step becomes
+// OUTCOME_UNKNOWN (it may have had effects; an operator resolves it); a
+// step of a canceling execution fails and the execution is CANCELED; a
+// repeatable one goes back to DISPATCHED (its execution QUEUED), so that
+// the next claim runs it with a higher epoch. Call it every second or so.
+func (en *Engine[TX]) Expire(ctx context.Context, limit int) (int, error) {
+	steps, err := en.s.ExpiredSteps(ctx, en.cfg.Now(), limit)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, st := range steps {
+		err := en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			cur, err := en.s.GetStepTx(ctx, tx, st.App, st.ID)
+			if err != nil || cur.Epoch != st.Epoch || StepStatus(cur.Status) != StepExecuting {
+				return err // claimed again or settled meanwhile
+			}
+			task, e, err := en.owners(ctx, tx, cur)
+			if err != nil {
+				return err
+			}
+			switch {
+			case Status(e.Status) == StatusCanceling || cur.CancelRequested:
+				if _, err := en.updateStep(ctx, tx, cur, StepActionFail, store.StepUpdate{Error: "canceled: the lease ended", ClearClaim: true}); err != nil {
+					return err
+				}
+				_, err = en.transition(ctx, tx, task, e, ActionFail, store.Transition{Error: "canceled"})
+				return err
+			case cur.Once:
+				_, err := en.updateStep(ctx, tx, cur, StepActionLeaseLost, store.StepUpdate{Error: "the lease ended without a result: the step may have had effects", ClearClaim: true})
+				return err
+			}
+			if _, err := en.updateStep(ctx, tx, cur, StepActionLeaseLost, store.StepUpdate{ClearClaim: true}); err != nil {
+				return err
+			}
+			_, err = en.transition(ctx, tx, task, e, ActionRequeue, store.Transition{})
+			return err
+		})
+		if err != nil && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrIllegalTransition) {
+			errs = append(errs, err)
+			continue
+		}
+		if err == nil {
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// Verdict is an operator's resolution of an OUTCOME_UNKNOWN step.
+type Verdict uint8
+
+// The verdicts.
+const (
+	// VerdictRetry runs the step again, with the same downstream key.
+	VerdictRetry Verdict = iota + 1
+	// VerdictDone marks it completed with the given output.
+	VerdictDone
+)
+
+// ResolveTx resolves the application's OUTCOME_UNKNOWN step; any other
+// step is ErrIllegalTransition.
+func (en *Engine[TX]) ResolveTx(ctx context.Context, tx TX, app, stepID string, v Verdict, output json.RawMessage) (store.Step, error) {
+	if len(output) > 0 && !json.Valid(output) {
+		return store.Step{}, fmt.Errorf("%w: output is not JSON", ErrBadInput)
+	}
+	st, err := en.s.GetStepTx(ctx, tx, app, stepID)
+	if err != nil {
+		return store.Step{}, notFound(err)
+	}
+	task, e, err := en.owners(ctx, tx, st)
+	if err != nil {
+		return store.Step{}, err
+	}
+	switch v {
+	case VerdictRetry:
+		if st, err = en.updateStep(ctx, tx, st, StepActionResolveRetry, store.StepUpdate{DueAt: en.cfg.Now()}); err != nil {
+			return store.Step{}, err
+		}
+		_, err = en.transition(ctx, tx, task, e, ActionRequeue, store.Transition{})
+	case VerdictDone:
+		if output == nil {
+			output = json.RawMessage{}
+		}
+		if st, err = en.updateStep(ctx, tx, st, StepActionResolveDone, store.StepUpdate{Output: output}); err != nil {
+			return store.Step{}, err
+		}
+		out := []byte(output)
+		if len(out) == 0 {
+			out = nil
+		}
+		_, err = en.transition(ctx, tx, task, e, ActionSucceed, store.Transition{Output: out, Progress: 100})
+	default:
+		return store.Step{}, fmt.Errorf("%w: verdict %d", ErrBadInput, v)
+	}
+	return st, err
+}
+
+// RerunTx starts a new execution of the application's task (number N+1,
+// CREATED then QUEUED, its own step and downstream key) and makes it the
+// task's current one. The current execution must have finished: a live
+// one is ErrIllegalTransition (cancel it first), so that two runs never
+// work at once.
+func (en *Engine[TX]) RerunTx(ctx context.Context, tx TX, app, taskID string) (store.Execution, error) {
+	task, err := en.s.GetTaskTx(ctx, tx, app, taskID)
+	if err != nil {
+		return store.Execution{}, notFound(err)
+	}
+	cur, err := en.s.GetExecutionTx(ctx, tx, app, task.CurrentExecution)
+	if err != nil {
+		return store.Execution{}, notFound(err)
+	}
+	if !Status(cur.Status).Terminal() {
+		return store.Execution{}, fmt.Errorf("%w: rerun of a task whose execution is %v", ErrIllegalTransition, Status(cur.Status))
+	}
+	tc, ok := en.cfg.Types[task.Type]
+	if !ok {
+		return store.Execution{}, fmt.Errorf("%w: %q", ErrUnknownType, task.Type)
+	}
+	id := en.cfg.NewID()
+	e := store.Execution{App: app, ID: id, TaskID: task.ID, Number: cur.Number + 1, Status: store.ExecutionCreated, CreatedAt: en.cfg.Now()}
+	first := en.event(task, e, statusType(StatusCreated), nil)
+	if e, err = en.s.RerunTx(ctx, tx, app, task.ID, id, store.ExecutionCreated, first); err != nil {
+		return store.Execution{}, err
+	}
+	first.Sequence = 1
+	task.CurrentExecution, task.Status = e.ID, e.Status
+	if err := en.emit(ctx, tx, task, e, first); err != nil {
+		return store.Execution{}, err
+	}
+	return en.queue(ctx, tx, task, e, tc)
+}
