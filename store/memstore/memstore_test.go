@@ -38,7 +38,7 @@ func TestConformance(t *testing.T) {
 
 func TestFlows(t *testing.T) {
 	t.Parallel()
-	for _, open := range []storetest.Open[*memstore.Tx]{openRecords, openInbox} {
+	for _, open := range []storetest.Open[*memstore.Tx]{openRecords, openInbox, openExecutions} {
 		flowtest.Exercise(t, open)
 	}
 }

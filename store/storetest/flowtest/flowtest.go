@@ -1,5 +1,5 @@
 // Package flowtest runs idem's own packages over a store: key.Guard,
-// key.TxGuard and inbox.Processor, as users call them, with faults
+// key.TxGuard, inbox.Processor and execution.Engine, as users call them, with faults
 // injected between them and the store; and the engine's benchmarks. It is
 // not part of the storage contract, which package storetest checks by
 // calling the store alone: flowtest checks that the packages built on that
@@ -19,6 +19,7 @@ package flowtest
 import (
 	"testing"
 
+	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/storetest"
 )
@@ -39,6 +40,7 @@ func Exercise[TX any](t *testing.T, open storetest.Open[TX]) {
 		{"Guard", storetest.Implements[store.Store](t, probe), exerciseGuard[TX]},
 		{"TxGuard", storetest.Implements[store.TxStore[TX]](t, probe), exerciseTxGuard[TX]},
 		{"Processor", storetest.Implements[store.InboxStore[TX]](t, probe), exerciseProcessor[TX]},
+		{"Engine", storetest.Implements[execution.Store[TX]](t, probe), exerciseEngine[TX]},
 	}
 	ran := 0
 	for _, f := range flows {
