@@ -11,8 +11,9 @@ import (
 	"github.com/idemhq/idem/store/storetest/flowtest"
 )
 
-// The memory store is four values: the request-key records, the inbox,
-// and the outbox and executions that share the inbox's transactions. Each is opened on
+// The memory store is five values: the request-key records, the inbox,
+// the outbox and executions that share the inbox's transactions, and the
+// applications. Each is opened on
 // its own and runs the sections and flows it serves.
 var (
 	openRecords storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
@@ -24,6 +25,9 @@ var (
 	openOutbox storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
 		return storetest.Subject[*memstore.Tx]{Store: memstore.NewOutbox(memstore.NewInbox()), Ledger: &memLedger{rows: map[string]int{}}}
 	}
+	openApps storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
+		return storetest.Subject[*memstore.Tx]{Store: memstore.NewApps()}
+	}
 	openExecutions storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
 		return storetest.Subject[*memstore.Tx]{Store: memstore.NewExecutions(memstore.NewInbox()), Ledger: &memLedger{rows: map[string]int{}}}
 	}
@@ -31,7 +35,7 @@ var (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, open := range []storetest.Open[*memstore.Tx]{openRecords, openInbox, openOutbox, openExecutions} {
+	for _, open := range []storetest.Open[*memstore.Tx]{openRecords, openInbox, openOutbox, openExecutions, openApps} {
 		storetest.Exercise(t, open)
 	}
 }
