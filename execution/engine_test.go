@@ -183,7 +183,9 @@ func TestStaleWorkerIsFenced(t *testing.T) {
 			_, _, err := h.en.HeartbeatTx(ctx, tx, "app", first.Step.ID, 1, 0)
 			return err
 		},
-		"progress": func(ctx context.Context, tx *memstore.Tx) error { return h.en.ProgressTx(ctx, tx, "app", first.Step.ID, 1, 90) },
+		"progress": func(ctx context.Context, tx *memstore.Tx) error {
+			return h.en.ProgressTx(ctx, tx, "app", first.Step.ID, 1, 90)
+		},
 		"complete": func(ctx context.Context, tx *memstore.Tx) error {
 			_, err := h.en.CompleteTx(ctx, tx, "app", first.Step.ID, 1, json.RawMessage(`"late"`))
 			return err

@@ -58,6 +58,17 @@ const (
 	SlugInternal           = "internal-error"
 	SlugBadParameter       = "bad-parameter"
 	SlugDeadLetterNotFound = "dead-letter-not-found"
+
+	// idem serve: tasks, executions and workers.
+
+	SlugUnauthorized        = "unauthorized"
+	SlugApplicationDisabled = "application-disabled"
+	SlugNotFound            = "not-found"
+	SlugUnknownTaskType     = "unknown-task-type"
+	SlugIllegalTransition   = "illegal-transition"
+	SlugFenced              = "fenced"
+	SlugCursorInvalid       = "cursor-invalid"
+	SlugRequestInvalid      = "request-invalid"
 )
 
 // titles holds every catalogued slug's title.
@@ -97,6 +108,15 @@ var titles = map[string]string{
 	SlugInternal:           "Internal error",
 	SlugBadParameter:       "Bad Request",
 	SlugDeadLetterNotFound: "Not Found",
+
+	SlugUnauthorized:        "Missing or unknown token",
+	SlugApplicationDisabled: "The application is disabled",
+	SlugNotFound:            "No such resource",
+	SlugUnknownTaskType:     "Unknown task type",
+	SlugIllegalTransition:   "The change does not apply in the current state",
+	SlugFenced:              "The claim is no longer held",
+	SlugCursorInvalid:       "Invalid cursor",
+	SlugRequestInvalid:      "Invalid request",
 }
 
 // Title returns the title of a catalogued slug, and "" for any other.

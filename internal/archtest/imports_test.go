@@ -49,7 +49,7 @@ var layers = []struct {
 	pkgs  []string
 }{
 	{command, []string{"cmd/...", "internal/cli/...", "internal/loadtest"}},
-	{surface, []string{"httpidem", "proxy", "webhook"}},
+	{surface, []string{"httpidem", "proxy", "webhook", "serve"}},
 	{adapter, []string{"prom"}},
 	{concern, []string{"key", "inbox", "order", "outbox", "keytemplate", "execution", "workflow"}},
 	{wire, []string{"event", "signature", "problem"}},
@@ -143,6 +143,8 @@ type exception struct{ from, to, why string }
 var allowed = []exception{
 	{"proxy", module + "/httpidem",
 		"the proxy is the httpidem middleware in front of an upstream"},
+	{"serve", module + "/httpidem",
+		"task creation and rerun take request keys through the middleware, in the store's transaction"},
 	{"outbox", "net/http",
 		"its relay delivers intents over HTTP: Target.URL, Config.Client, the response policy over status codes and Retry-After"},
 }
