@@ -74,10 +74,24 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newMigrateCmd())
 	root.AddCommand(newProxyCmd())
+	root.AddCommand(newServeCmd())
+	root.AddCommand(newAppCmd())
+	root.AddCommand(newWorkerTokenCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newWebhookCmd())
 	root.AddCommand(newInboxCmd())
 	root.AddCommand(newOutboxCmd())
 	root.AddCommand(newTemplateCmd())
 	return root
+}
+
+// flagsOnly refuses positional arguments to a command that takes flags
+// only.
+func flagsOnly(name string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unexpected argument %q: idem %s takes flags only", args[0], name)
+		}
+		return nil
+	}
 }

@@ -87,12 +87,7 @@ Once listening, it prints "proxy listening on http://ADDR" (and the admin
 address) on stdout, which tells the port chosen for --listen 127.0.0.1:0.
 Logs go to stderr. Every flag has an environment variable: --max-body is
 IDEM_MAX_BODY.`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageError{fmt.Errorf("unexpected argument %q: idem proxy takes flags only", args[0])}
-			}
-			return nil
-		},
+		Args: flagsOnly("proxy"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runProxy(cmd.Context(), &f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
