@@ -95,6 +95,13 @@ type Target struct {
 	// Events, when set, sends each intent as a CloudEvent (see
 	// CallbackEvents).
 	Events *CallbackEvents
+	// Route, when set, chooses each intent's URL and signer in place of
+	// URL and Signer: a target whose destinations are data, such as the
+	// callback URLs and secrets of `idem serve`'s applications. It is
+	// called before every attempt, so a rotated secret or a moved URL
+	// applies to the next one; an error retries the intent later (a nil
+	// signer sends it unsigned).
+	Route func(ctx context.Context, in store.Intent) (url string, signer *signature.Signer, err error)
 	// Timeout bounds one attempt. Defaults to 10 s.
 	Timeout time.Duration
 }
@@ -225,8 +232,7 @@ func (c *Config) withDefaults() (Config, map[string]*Target, error) {
 		case t.Events != nil && (t.Events.Source == "" || t.Events.Type == ""):
 			return Config{}, nil, fmt.Errorf("%w: target %q: Events needs Source and Type", ErrBadConfig, t.Name)
 		}
-		u, err := url.Parse(t.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if u, err := url.Parse(t.URL); t.Route == nil && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 			return Config{}, nil, fmt.Errorf("%w: target %q: URL %q is not an http(s) URL", ErrBadConfig, t.Name, t.URL)
 		}
 		if t.KeyHeader == "" {

@@ -266,9 +266,16 @@ func (r *Relay[TX]) attempt(ctx context.Context, t *Target, in store.Intent) out
 			return outcome{kind: "done", status: http.StatusOK}
 		}
 	}
+	base, signer := t.URL, t.Signer
+	if t.Route != nil {
+		var err error
+		if base, signer, err = t.Route(ctx, in); err != nil {
+			return outcome{kind: "retry", message: "route: " + err.Error()}
+		}
+	}
 	actx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, in.Method, strings.TrimSuffix(t.URL, "/")+in.Path, bytes.NewReader(in.Body))
+	req, err := http.NewRequestWithContext(actx, in.Method, strings.TrimSuffix(base, "/")+in.Path, bytes.NewReader(in.Body))
 	if err != nil {
 		return outcome{kind: "dead", message: "building the request: " + err.Error()}
 	}
@@ -288,14 +295,14 @@ func (r *Relay[TX]) attempt(ctx context.Context, t *Target, in store.Intent) out
 		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	if t.Signer != nil {
+	if signer != nil {
 		var opts *signature.SignOpts
-		if t.Signer.Scheme() == signature.SchemeStandard {
+		if signer.Scheme() == signature.SchemeStandard {
 			opts = &signature.SignOpts{ID: key}
 		}
 		body, _ := req.GetBody()
 		b, _ := io.ReadAll(body)
-		sig, err := t.Signer.Sign(b, opts)
+		sig, err := signer.Sign(b, opts)
 		if err != nil {
 			return outcome{kind: "dead", message: "signing: " + err.Error()}
 		}
