@@ -24,7 +24,11 @@ import (
 	"github.com/idemhq/idem/store/sqlitestore"
 )
 
-var types = map[string]execution.TypeConfig{"export": {Lease: 30 * time.Second, MaxAttempts: 2}}
+var types = types0()
+
+func types0() map[string]execution.TypeConfig {
+	return map[string]execution.TypeConfig{"export": {Lease: 30 * time.Second, MaxAttempts: 2}}
+}
 
 func openSQLite(t *testing.T) serve.Store[*sql.Tx] {
 	t.Helper()

@@ -10,12 +10,14 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/httpidem"
 	"github.com/idemhq/idem/internal/loop"
 	"github.com/idemhq/idem/key"
+	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/store"
 )
@@ -26,6 +28,7 @@ import (
 type Store[TX any] interface {
 	store.TxStore[TX]
 	execution.Store[TX]
+	store.OutboxStore[TX]
 	store.AppStore
 }
 
@@ -47,7 +50,10 @@ type Config struct {
 	// Key configures the request keys of task creation and rerun (lease,
 	// retention). Defaults to key's defaults.
 	Key *key.Config
-	// OnEventTx is passed to the engine (execution.Config.OnEventTx).
+	// OutboxHooks are the callbacks relay's (outbox.Config.Hooks).
+	OutboxHooks outbox.Hooks
+	// OnEventTx, when set, is also called for every event, in its
+	// transaction, before its callback is enqueued.
 	OnEventTx func(ctx context.Context, tx any, app string, task store.Task, e store.Execution, ev store.Event) error
 	// Now is the service's clock. Defaults to time.Now.
 	Now func() time.Time
@@ -69,12 +75,15 @@ var ErrBadConfig = errors.New("serve: bad config")
 
 // Server is the http.Handler of `idem serve`.
 type Server[TX any] struct {
-	s      Store[TX]
-	en     *execution.Engine[TX]
-	cfg    Config
-	mux    *http.ServeMux
-	keyed  *httpidem.Middleware
-	closed chan struct{}
+	s     Store[TX]
+	en    *execution.Engine[TX]
+	cfg   Config
+	mux   *http.ServeMux
+	keyed *httpidem.Middleware
+	relay *outbox.Relay[TX]
+	// pending is set when a transaction may have enqueued a callback, so
+	// that the relay is woken after it.
+	pending atomic.Bool
 }
 
 // New returns the service over s.
@@ -104,8 +113,13 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	en, err := execution.New[TX](s, &execution.Config{Types: c.Types, OnEventTx: c.OnEventTx, Now: c.Now, Logger: c.Logger})
+	srv := &Server[TX]{s: s, cfg: c, mux: http.NewServeMux()}
+	en, err := execution.New[TX](s, &execution.Config{Types: c.Types, OnEventTx: srv.onEventTx, Now: c.Now, Logger: c.Logger})
 	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	srv.en = en
+	if srv.relay, err = srv.newRelay(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	g, err := key.NewTx[TX](s, c.Key)
@@ -122,7 +136,7 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	srv := &Server[TX]{s: s, en: en, cfg: c, mux: http.NewServeMux(), keyed: keyed}
+	srv.keyed = keyed
 	srv.routes()
 	return srv, nil
 }
@@ -153,8 +167,14 @@ func (srv *Server[TX]) routes() {
 	worker("POST /v1/worker/steps/{id}/fail", srv.fail)
 }
 
-// ServeHTTP implements http.Handler.
-func (srv *Server[TX]) ServeHTTP(w http.ResponseWriter, r *http.Request) { srv.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A request that enqueued callbacks
+// wakes the relay once it has been answered (its transaction committed).
+func (srv *Server[TX]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	srv.mux.ServeHTTP(w, r)
+	if srv.pending.Swap(false) {
+		srv.relay.Notify()
+	}
+}
 
 // RunExpirer settles lost leases every Config.ExpireInterval until ctx
 // ends (execution.Engine.Expire).

@@ -1,0 +1,123 @@
+package serve_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/order"
+	"github.com/idemhq/idem/serve"
+	"github.com/idemhq/idem/signature"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/memstore"
+	"github.com/idemhq/idem/webhook"
+)
+
+// TestCallbacksReachAnIdemReceiver runs a task whose application has a
+// callback URL: its events arrive at an idem webhook endpoint (signature
+// checked, delta order) as signed CloudEvents, each once and in order,
+// although every first answer is lost on the way back.
+func TestCallbacksReachAnIdemReceiver(t *testing.T) {
+	ctx := context.Background()
+	const secret = "callback-secret-0123456789"
+	var mu sync.Mutex
+	var applied []int64
+	var types []string
+	p, err := inbox.New(memstore.NewInbox(), func(ctx context.Context, tx *memstore.Tx, ev event.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		applied, types = append(applied, ev.Sequence), append(types, ev.Type)
+		n := len(applied)
+		tx.OnRollback(func() { mu.Lock(); applied, types = applied[:n-1], types[:n-1]; mu.Unlock() })
+		return nil
+	}, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := signature.NewVerifier(signature.SchemeIdem, []string{secret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := webhook.New(p, &webhook.Config{Verifier: v, Event: &event.Config{Owner: event.SourcePrefixes("idem")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seenMu sync.Mutex
+	seen := map[string]int{}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Ce-Id")
+		seenMu.Lock()
+		seen[id]++
+		first := seen[id] == 1
+		seenMu.Unlock()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if first && rec.Code == 200 {
+			w.WriteHeader(http.StatusBadGateway) // processed, answer lost
+			return
+		}
+		w.WriteHeader(rec.Code)
+	}))
+	defer receiver.Close()
+
+	s := openSQLite(t)
+	if err := s.CreateApp(ctx, store.App{Name: "orders", TokenHashes: [][]byte{serve.HashToken("tok")}, CallbackURL: receiver.URL,
+		Scheme: "idem", Secrets: []string{secret}, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddWorkerToken(ctx, serve.HashToken("w"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := serve.New(s, &serve.Config{Types: types0()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	e := &env{t: t, url: hs.URL}
+	e.want(e.call("tok", "POST", "/v1/tasks", "k-1", `{"type":"export","input":{"order":"o-1"}}`), 201, "")
+	step := e.call("w", "POST", "/v1/worker/claim", "", `{"types":["export"]}`).str("step", "id")
+	e.want(e.call("w", "POST", "/v1/worker/steps/"+step+"/complete", "", `{"epoch":1,"output":{"url":"x"}}`), 200, "")
+	// Drive the relay until every event is acknowledged (each needs two
+	// sends: the first answer is lost).
+	clock := time.Now()
+	for i := 0; ; i++ {
+		if _, err := srv.Relay().RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		n := len(applied)
+		mu.Unlock()
+		seenMu.Lock()
+		done := n == 4 && len(seen) == 4 && !slices.ContainsFunc(slicesOf(seen), func(c int) bool { return c < 2 })
+		seenMu.Unlock()
+		if done {
+			break
+		}
+		if time.Since(clock) > 20*time.Second {
+			t.Fatalf("callbacks not delivered: applied %v, seen %v", applied, seen)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !slices.Equal(applied, []int64{1, 2, 3, 4}) {
+		t.Fatalf("receiver applied %v, want 1..4 once each in order", applied)
+	}
+	if !slices.Equal(types, []string{"idem.execution.created", "idem.execution.queued", "idem.execution.running", "idem.execution.succeeded"}) {
+		t.Fatalf("types %v", types)
+	}
+}
+
+func slicesOf(m map[string]int) []int {
+	var out []int
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
