@@ -60,6 +60,15 @@
 //     intent's data ("= 'charge-' & payload.order.id"), refusing any that
 //     reads the clock or randomness.
 //
+// # Durable executions: idem serve (being built)
+//
+// Package execution holds the states of executions and steps and the
+// engine that changes them, each change one transaction with the events
+// that report it; the store family is store.ExecutionStore, StepStore and
+// AppStore. Package serve is the HTTP API of `idem serve`: tasks created
+// with request keys, workers claiming steps under a lease and an epoch,
+// events and signed callbacks through the outbox.
+//
 // # The core: request keys
 //
 // Package key runs an operation at most once per (principal, operation,
@@ -119,6 +128,10 @@
 //
 //   - idem proxy --upstream URL: the contract in front of any HTTP API
 //     (above), with --admin ADDR for /metrics, /healthz and /readyz.
+//   - idem serve --task-types T,... [--demo]: the task API (tasks,
+//     executions, workers, callbacks) on SQLite or PostgreSQL.
+//   - idem app create|list|rotate|disable, idem worker-token create: the
+//     applications and worker tokens of idem serve.
 //   - idem migrate --store sqlite:PATH|postgres://...: applies the
 //     embedded schema migrations (stores never migrate by themselves).
 //   - idem bench ledger|run|check: the load and chaos tool; ledger is an
