@@ -422,3 +422,43 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("no types: %v", err)
 	}
 }
+
+// A task's deadline times its live execution out: its step fails, its
+// worker's next write is refused, and a TIMED_OUT event ends the history.
+func TestDeadline(t *testing.T) {
+	h := newHarness(t, nil)
+	var e store.Execution
+	if err := h.tx(func(ctx context.Context, tx *memstore.Tx) error {
+		var err error
+		_, e, err = h.en.CreateTx(ctx, tx, "app", execution.NewTask{Type: "export", Input: json.RawMessage(`{}`),
+			Deadline: h.clock.Now().Add(time.Minute)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := h.claim("w1", "export")
+	if n, err := h.en.Expire(context.Background(), 10); n != 0 || err != nil {
+		t.Fatalf("before the deadline: %d %v", n, err)
+	}
+	h.clock.Advance(2 * time.Minute)
+	if n, err := h.en.Expire(context.Background(), 10); n != 1 || err != nil {
+		t.Fatalf("after the deadline: %d %v", n, err)
+	}
+	got, _ := h.s.GetExecution(context.Background(), "app", e.ID)
+	if got.Status != store.ExecutionTimedOut || got.Error != "the deadline passed" || got.FinishedAt.IsZero() {
+		t.Fatalf("execution %+v", got)
+	}
+	err := h.tx(func(ctx context.Context, tx *memstore.Tx) error {
+		_, err := h.en.CompleteTx(ctx, tx, "app", c.Step.ID, c.Step.Epoch, nil)
+		return err
+	})
+	if !errors.Is(err, execution.ErrIllegalTransition) {
+		t.Fatalf("the worker's late completion: %v", err)
+	}
+	if evs := h.events(e.ID); evs[len(evs)-1] != "idem.execution.timed_out" {
+		t.Fatalf("events %v", evs)
+	}
+	if n, err := h.en.Expire(context.Background(), 10); n != 0 || err != nil {
+		t.Fatalf("again: %d %v", n, err)
+	}
+}

@@ -278,18 +278,23 @@ func (en *Engine[TX]) CancelTx(ctx context.Context, tx TX, app, executionID stri
 	return en.transition(ctx, tx, task, e, ActionCancel, store.Transition{})
 }
 
-// Expire settles the steps whose lease ended before now, each in its own
-// transaction, and returns how many it settled: a once-only step becomes
+// Expire times out the executions whose task's deadline passed (their live
+// steps fail, and a worker still on one is told on its next write), then
+// settles the steps whose lease ended before now, each in its own
+// transaction, and returns how many it changed: a once-only step becomes
 // OUTCOME_UNKNOWN (it may have had effects; an operator resolves it); a
 // step of a canceling execution fails and the execution is CANCELED; a
 // repeatable one goes back to DISPATCHED (its execution QUEUED), so that
 // the next claim runs it with a higher epoch. Call it every second or so.
 func (en *Engine[TX]) Expire(ctx context.Context, limit int) (int, error) {
+	n, err := en.timeOut(ctx, limit)
+	if err != nil {
+		return n, err
+	}
 	steps, err := en.s.ExpiredSteps(ctx, en.cfg.Now(), limit)
 	if err != nil {
-		return 0, err
+		return n, err
 	}
-	n := 0
 	var errs []error
 	for _, st := range steps {
 		err := en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
@@ -411,4 +416,51 @@ func (en *Engine[TX]) RerunTx(ctx context.Context, tx TX, app, taskID string) (s
 		return store.Execution{}, err
 	}
 	return en.queue(ctx, tx, task, e, tc)
+}
+
+// timeOut moves the executions past their task's deadline to TIMED_OUT,
+// each in its own transaction, failing their live steps.
+func (en *Engine[TX]) timeOut(ctx context.Context, limit int) (int, error) {
+	overdue, err := en.s.OverdueExecutions(ctx, en.cfg.Now(), limit)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, o := range overdue {
+		err := en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			e, err := en.s.GetExecutionTx(ctx, tx, o.App, o.ID)
+			if err != nil {
+				return err
+			}
+			if _, changed, err := Next(Status(e.Status), ActionTimeout); err != nil || !changed {
+				return err // finished meanwhile
+			}
+			task, err := en.s.GetTaskTx(ctx, tx, e.App, e.TaskID)
+			if err != nil {
+				return err
+			}
+			steps, err := en.s.ListStepsTx(ctx, tx, e.App, e.ID)
+			if err != nil {
+				return err
+			}
+			for _, st := range steps {
+				if StepStatus(st.Status).Terminal() {
+					continue
+				}
+				if _, err := en.updateStep(ctx, tx, st, StepActionFail, store.StepUpdate{Error: "timed out: the deadline passed", ClearClaim: true, CancelRequested: true}); err != nil {
+					return err
+				}
+			}
+			_, err = en.transition(ctx, tx, task, e, ActionTimeout, store.Transition{Error: "the deadline passed"})
+			return err
+		})
+		switch {
+		case err == nil:
+			n++
+		case !errors.Is(err, ErrFenced) && !errors.Is(err, ErrIllegalTransition):
+			errs = append(errs, err)
+		}
+	}
+	return n, errors.Join(errs...)
 }

@@ -166,6 +166,12 @@ type ExecutionStore[TX any] interface {
 	// descending).
 	ListTasks(ctx context.Context, q TaskQuery) ([]Task, error)
 
+	// OverdueExecutions returns up to limit live executions (CREATED,
+	// QUEUED, RUNNING, CANCELING) that are their task's current one and
+	// whose task's deadline is before now, earliest deadline first, for
+	// the caller to time out (any application).
+	OverdueExecutions(ctx context.Context, now time.Time, limit int) ([]Execution, error)
+
 	// ListEvents returns the execution's events with a sequence above
 	// after, in order, at most limit. ErrNotFound for an unknown execution
 	// or another application's.

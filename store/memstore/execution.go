@@ -474,3 +474,38 @@ func (x *Executions) ExpiredSteps(ctx context.Context, now time.Time, limit int)
 	})
 	return out[:min(len(out), limit)], nil
 }
+
+// OverdueExecutions implements store.ExecutionStore.
+func (x *Executions) OverdueExecutions(ctx context.Context, now time.Time, limit int) ([]store.Execution, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("memstore: overdue executions: limit %d, want at least 1", limit)
+	}
+	x.in.mu.Lock()
+	defer x.in.mu.Unlock()
+	type due struct {
+		at time.Time
+		e  store.Execution
+	}
+	var out []due
+	for _, t := range x.tasks {
+		if t.Deadline.IsZero() || !t.Deadline.Before(now) {
+			continue
+		}
+		e := x.execs[appID{t.App, t.CurrentExecution}]
+		switch e.Status {
+		case store.ExecutionCreated, store.ExecutionQueued, store.ExecutionRunning, store.ExecutionCanceling:
+			out = append(out, due{t.Deadline, cloneExec(e)})
+		}
+	}
+	slices.SortFunc(out, func(a, b due) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.e.ID, b.e.ID)
+	})
+	res := make([]store.Execution, 0, min(len(out), limit))
+	for _, d := range out[:min(len(out), limit)] {
+		res = append(res, d.e)
+	}
+	return res, nil
+}

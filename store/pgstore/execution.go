@@ -40,6 +40,8 @@ var (
 	executionEventInsertSQL string
 	//go:embed sql/execution_events_list.sql
 	executionEventsListSQL string
+	//go:embed sql/executions_overdue.sql
+	executionsOverdueSQL string
 )
 
 // execError wraps err with the operation and the row it concerns, keeping
@@ -318,3 +320,31 @@ func (s *Store) ListEvents(ctx context.Context, app, executionID string, after i
 	}
 	return out, nil
 }
+
+// OverdueExecutions implements store.ExecutionStore.
+func (s *Store) OverdueExecutions(ctx context.Context, now time.Time, limit int) ([]store.Execution, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("idem/pgstore: overdue executions: limit %d, want at least 1", limit)
+	}
+	rows, err := s.pool.Query(ctx, executionsOverdueSQL, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: overdue executions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Execution, error) {
+		var e store.Execution
+		err := scanExecution(scanPrefix{r, []any{&e.App, &e.ID}}, &e)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: overdue executions: %w", err)
+	}
+	return out, nil
+}
+
+// scanPrefix scans pre before the columns its caller asks for.
+type scanPrefix struct {
+	row pgx.Row
+	pre []any
+}
+
+func (p scanPrefix) Scan(dst ...any) error { return p.row.Scan(append(p.pre, dst...)...) }

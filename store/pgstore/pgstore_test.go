@@ -15,8 +15,8 @@ import (
 )
 
 // migrationCount is how many migrations the store has: 001_idem_keys,
-// 002_idem_inbox, 003_idem_outbox, 004_idem_executions, 005_idem_steps and 006_idem_apps.
-const migrationCount = 6
+// 002_idem_inbox, 003_idem_outbox, 004_idem_executions, 005_idem_steps, 006_idem_apps and 007_idem_deadlines.
+const migrationCount = 7
 
 func TestNewRefusesUnmigratedSchema(t *testing.T) {
 	t.Parallel()

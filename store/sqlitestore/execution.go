@@ -38,6 +38,8 @@ var (
 	executionEventInsertSQL string
 	//go:embed sql/execution_events_list.sql
 	executionEventsListSQL string
+	//go:embed sql/executions_overdue.sql
+	executionsOverdueSQL string
 )
 
 // execError wraps err with the operation and the row it concerns, keeping
@@ -297,3 +299,37 @@ func (s *Store) ListEvents(ctx context.Context, app, executionID string, after i
 	}
 	return out, nil
 }
+
+// OverdueExecutions implements store.ExecutionStore.
+func (s *Store) OverdueExecutions(ctx context.Context, now time.Time, limit int) ([]store.Execution, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("sqlitestore: overdue executions: limit %d, want at least 1", limit)
+	}
+	rows, err := s.db.QueryContext(ctx, executionsOverdueSQL, sql.Named("now", toMicros(now)), sql.Named("limit", limit))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: overdue executions: %w", interpretError(err))
+	}
+	defer rows.Close()
+	var out []store.Execution
+	for rows.Next() {
+		var e store.Execution
+		var app, id string
+		if err := scanExecution(scanPrefix{rows, []any{&app, &id}}, &e); err != nil {
+			return nil, fmt.Errorf("sqlitestore: overdue executions: %w", interpretError(err))
+		}
+		e.App, e.ID = app, id
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: overdue executions: %w", interpretError(err))
+	}
+	return out, nil
+}
+
+// scanPrefix scans pre before the columns its caller asks for.
+type scanPrefix struct {
+	row interface{ Scan(...any) error }
+	pre []any
+}
+
+func (p scanPrefix) Scan(dst ...any) error { return p.row.Scan(append(p.pre, dst...)...) }

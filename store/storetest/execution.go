@@ -368,4 +368,51 @@ func exerciseExecutions[TX any](t *testing.T, open Open[TX]) {
 			t.Fatalf("by status: %+v %v", running, err)
 		}
 	})
+
+	t.Run("OverdueExecutions", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t)
+		for i, d := range []time.Duration{2 * time.Minute, time.Minute, 0, 30 * time.Second} {
+			nt := newTask("app-a", fmt.Sprintf("t%d", i), t0)
+			if d > 0 {
+				nt.Task.Deadline = t0.Add(d)
+			}
+			create(t, s, nt)
+		}
+		// t3 finished before its deadline: not overdue.
+		if err := inTx(t, s, func(ctx context.Context, tx TX) error {
+			_, _, err := s.TransitionTx(ctx, tx, store.Transition{App: "app-a", ID: "t3-e1", From: store.ExecutionQueued,
+				To: store.ExecutionSucceeded, Event: store.Event{Type: "x", Time: t0}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ids := func(now time.Time, limit int) []string {
+			t.Helper()
+			es, err := s.OverdueExecutions(ctx, now, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, e := range es {
+				if e.App != "app-a" || e.Status != store.ExecutionQueued {
+					t.Fatalf("overdue %+v", e)
+				}
+				out = append(out, e.ID)
+			}
+			return out
+		}
+		if got := ids(t0.Add(time.Minute), 10); len(got) != 0 {
+			t.Fatalf("at the first deadline: %v, want none (strictly before)", got)
+		}
+		if got := ids(t0.Add(90*time.Second), 10); !slices.Equal(got, []string{"t1-e1"}) {
+			t.Fatalf("at 90 s: %v", got)
+		}
+		if got := ids(t0.Add(time.Hour), 10); !slices.Equal(got, []string{"t1-e1", "t0-e1"}) {
+			t.Fatalf("an hour on: %v, want earliest deadline first", got)
+		}
+		if got := ids(t0.Add(time.Hour), 1); !slices.Equal(got, []string{"t1-e1"}) {
+			t.Fatalf("limit 1: %v", got)
+		}
+	})
 }

@@ -36,10 +36,10 @@ type Schema struct {
 
 // DownUp takes the newest k migrations down, for every k from one to all
 // of them, newest first, as `goose down` would (a store never migrates
-// down by itself). Each migration taken down must drop tables of its own
-// and no other; then New must refuse the schema, and the store's Migrate
-// must apply exactly the missing migrations, in order, bringing every
-// table back, after which New accepts the schema.
+// down by itself). Each migration taken down must drop objects (tables,
+// indexes) of its own and no other; then New must refuse the schema, and
+// the store's Migrate must apply exactly the missing migrations, in order,
+// bringing every object back, after which New accepts the schema.
 func DownUp(t *testing.T, s Schema) {
 	t.Helper()
 	ctx := context.Background()
@@ -67,7 +67,7 @@ func DownUp(t *testing.T, s Schema) {
 			}
 			after := tables(t, s)
 			if len(after) >= len(before) || slices.ContainsFunc(after, func(n string) bool { return !slices.Contains(before, n) }) {
-				t.Fatalf("down of %d: tables %v, before %v; want some of its own dropped and no other", src.Version, after, before)
+				t.Fatalf("down of %d: objects %v, before %v; want some of its own dropped and no other", src.Version, after, before)
 			}
 			before = after
 		}
@@ -84,7 +84,7 @@ func DownUp(t *testing.T, s Schema) {
 			}
 		}
 		if got := tables(t, s); !slices.Equal(got, all) {
-			t.Fatalf("tables after migrating up again: %v, want %v", got, all)
+			t.Fatalf("objects after migrating up again: %v, want %v", got, all)
 		}
 		if err := s.New(); err != nil {
 			t.Fatalf("New after migrating up again: %v", err)
@@ -92,13 +92,15 @@ func DownUp(t *testing.T, s Schema) {
 	}
 }
 
-// tables lists the store's tables in DB by name, without the migrator's
-// own and SQLite's internal ones.
+// tables lists the store's tables and indexes in DB ("table name",
+// "index name"), without the migrator's own and SQLite's internal ones.
 func tables(t *testing.T, s Schema) []string {
 	t.Helper()
 	q := map[migrate.Dialect]string{
-		migrate.SQLite:   `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' AND name <> ?`,
-		migrate.Postgres: `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename <> $1`,
+		migrate.SQLite: `SELECT type || ' ' || name FROM sqlite_master WHERE type IN ('table', 'index')
+			AND name NOT LIKE 'sqlite\_%' ESCAPE '\' AND tbl_name <> ?`,
+		migrate.Postgres: `SELECT 'table ' || tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename <> $1
+			UNION ALL SELECT 'index ' || indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename <> $1`,
 	}[s.Dialect]
 	rows, err := s.DB.Query(q, migrate.TableName)
 	if err != nil {
