@@ -244,6 +244,42 @@ func exercise[TX any](t *testing.T, open func(*testing.T) serve.Store[TX]) {
 		}
 	})
 
+	t.Run("LiveEvents", func(t *testing.T) {
+		t.Parallel()
+		e := start(t, open)
+		exec := e.call("tok-orders", "POST", "/v1/tasks", "k-1", `{"type":"export","input":{}}`).str("execution", "id")
+		req, _ := http.NewRequest("GET", e.url+"/v1/executions/"+exec+"/events?after=1", nil)
+		req.Header.Set("Authorization", "Bearer tok-orders")
+		req.Header.Set("Accept", "text/event-stream")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("stream: %d %v", res.StatusCode, res.Header)
+		}
+		// The run happens while the stream is open; the stream ends once
+		// the execution has finished and its last event was sent.
+		go func() {
+			step := e.call("tok-worker", "POST", "/v1/worker/claim", "", `{"types":["export"]}`).str("step", "id")
+			e.call("tok-worker", "POST", "/v1/worker/steps/"+step+"/complete", "", `{"epoch":1}`)
+		}()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if id, ok := strings.CutPrefix(line, "id: "); ok {
+				ids = append(ids, id)
+			}
+		}
+		if strings.Join(ids, ",") != "2,3,4" || !strings.Contains(string(b), "event: idem.execution.succeeded") {
+			t.Fatalf("stream %q", b)
+		}
+	})
+
 	t.Run("Cancel", func(t *testing.T) {
 		t.Parallel()
 		e := start(t, open)

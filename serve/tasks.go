@@ -3,6 +3,7 @@ package serve
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -179,10 +180,19 @@ func (srv *Server[TX]) listEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > after {
+			after = n
+		}
+	}
 	app, id := appFrom(r.Context()), r.PathValue("id")
 	e, err := srv.s.GetExecution(r.Context(), app, id)
 	if err != nil {
 		srv.failed(w, r, err)
+		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		srv.streamEvents(w, r, e, after)
 		return
 	}
 	evs, err := srv.s.ListEvents(r.Context(), app, id, after, 1000)
@@ -197,6 +207,44 @@ func (srv *Server[TX]) listEvents(w http.ResponseWriter, r *http.Request) {
 		out.Items = append(out.Items, srv.eventOf(e, ev))
 	}
 	reply(w, http.StatusOK, out)
+}
+
+// streamEvents sends the execution's events after `after` as server-sent
+// events (id = sequence, event = type, data = the CloudEvent), as they
+// are written, until the execution has finished and its last event was
+// sent, or the client goes. A client that reconnects with Last-Event-ID
+// continues after it: nothing is skipped, nothing repeated.
+func (srv *Server[TX]) streamEvents(w http.ResponseWriter, r *http.Request, e store.Execution, after int64) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	for {
+		evs, err := srv.s.ListEvents(r.Context(), e.App, e.ID, after, 100)
+		if err != nil {
+			return
+		}
+		for _, ev := range evs {
+			b, _ := json.Marshal(srv.eventOf(e, ev))
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Sequence, ev.Type, b); err != nil {
+				return
+			}
+			after = ev.Sequence
+		}
+		_ = rc.Flush()
+		if len(evs) == 0 {
+			cur, err := srv.s.GetExecution(r.Context(), e.App, e.ID)
+			if err != nil || (execution.Status(cur.Status).Terminal() && cur.LastSequence <= after) {
+				return
+			}
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(claimPoll):
+			}
+		}
+	}
 }
 
 // eventOf is ev as a structured-mode CloudEvent. Its id is stable: the
