@@ -135,6 +135,7 @@ type NewTask struct {
 type eventData struct {
 	TaskID      string          `json:"taskId"`
 	ExecutionID string          `json:"executionId"`
+	Number      int             `json:"executionNumber"`
 	Status      string          `json:"status"`
 	ExternalRef string          `json:"externalRef,omitempty"`
 	Progress    *int            `json:"progress,omitempty"`
@@ -144,7 +145,7 @@ type eventData struct {
 
 // event builds the event that reports e's status (or progress).
 func (en *Engine[TX]) event(task store.Task, e store.Execution, typ string, progress *int) store.Event {
-	d := eventData{TaskID: task.ID, ExecutionID: e.ID, Status: Status(e.Status).String(), ExternalRef: task.ExternalRef,
+	d := eventData{TaskID: task.ID, ExecutionID: e.ID, Number: e.Number, Status: Status(e.Status).String(), ExternalRef: task.ExternalRef,
 		Progress: progress, Output: e.Output, Error: e.Error}
 	data, _ := json.Marshal(d) // plain types always marshal
 	return store.Event{ExecutionID: e.ID, Type: typ, Data: data, Time: en.cfg.Now()}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/internal/testutil/testclock"
 	"github.com/idemhq/idem/store"
@@ -460,5 +461,38 @@ func TestDeadline(t *testing.T) {
 	}
 	if n, err := h.en.Expire(context.Background(), 10); n != 0 || err != nil {
 		t.Fatalf("again: %d %v", n, err)
+	}
+}
+
+// Every event carries its execution's number, which Rank reads: a rerun's
+// events outrank the run it replaced.
+func TestRankOfEvents(t *testing.T) {
+	h := newHarness(t, nil)
+	task, first := h.create("export")
+	c, _ := h.claim("w1", "export")
+	if err := h.tx(func(ctx context.Context, tx *memstore.Tx) error {
+		_, err := h.en.CompleteTx(ctx, tx, "app", c.Step.ID, 1, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var second store.Execution
+	if err := h.tx(func(ctx context.Context, tx *memstore.Tx) error {
+		var err error
+		second, err = h.en.RerunTx(ctx, tx, "app", task.ID)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int64{first.ID: 1, second.ID: 2} {
+		evs, _ := h.s.ListEvents(context.Background(), "app", id, 0, 10)
+		for _, ev := range evs {
+			if got := execution.Rank(event.Event{Data: ev.Data}); got != want {
+				t.Fatalf("execution %s event %d: rank %d, want %d", id, ev.Sequence, got, want)
+			}
+		}
+	}
+	if execution.Rank(event.Event{Data: []byte(`not json`)}) != 0 {
+		t.Fatal("rank of a foreign event")
 	}
 }

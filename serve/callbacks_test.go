@@ -2,15 +2,19 @@ package serve_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/serve"
@@ -120,4 +124,106 @@ func slicesOf(m map[string]int) []int {
 		out = append(out, v)
 	}
 	return out
+}
+
+// TestRerunCallbacksWin: a receiver that ranks executions with
+// execution.Rank applies a rerun's events and refuses the replaced run's
+// late one (held back by the receiver until the rerun's had arrived).
+func TestRerunCallbacksWin(t *testing.T) {
+	ctx := context.Background()
+	const secret = "callback-secret-0123456789"
+	var mu sync.Mutex
+	var applied []string
+	p, err := inbox.New(memstore.NewInbox(), func(ctx context.Context, tx *memstore.Tx, ev event.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		applied = append(applied, fmt.Sprintf("run%d:%d", execution.Rank(ev), ev.Sequence))
+		n := len(applied)
+		tx.OnRollback(func() { mu.Lock(); applied = applied[:n-1]; mu.Unlock() })
+		return nil
+	}, &inbox.Config{Mode: order.ModeDelta, ExecutionRank: execution.Rank, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := signature.NewVerifier(signature.SchemeIdem, []string{secret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := webhook.New(p, &webhook.Config{Verifier: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hold atomic.Bool
+	hold.Store(true)
+	var lateOutcome atomic.Value
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		late := r.Header.Get("Ce-Sequence") == "4" && strings.Contains(r.Header.Get("Ce-Type"), "succeeded")
+		if late && hold.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable) // the replaced run's last event, held back
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if late {
+			lateOutcome.Store(rec.Body.String())
+		}
+		w.WriteHeader(rec.Code)
+	}))
+	defer receiver.Close()
+
+	s := openSQLite(t)
+	if err := s.CreateApp(ctx, store.App{Name: "orders", TokenHashes: [][]byte{serve.HashToken("tok")}, CallbackURL: receiver.URL,
+		Scheme: "idem", Secrets: []string{secret}, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddWorkerToken(ctx, serve.HashToken("w"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := serve.New(s, &serve.Config{Types: types0()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	e := &env{t: t, url: hs.URL}
+	task := e.call("tok", "POST", "/v1/tasks", "k-1", `{"type":"export","input":{}}`).str("task", "id")
+	step := e.call("w", "POST", "/v1/worker/claim", "", `{"types":["export"]}`).str("step", "id")
+	e.want(e.call("w", "POST", "/v1/worker/steps/"+step+"/complete", "", `{"epoch":1}`), 200, "")
+	drive := func(until func() bool) {
+		t.Helper()
+		start := time.Now()
+		for !until() {
+			if _, err := srv.Relay().RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if time.Since(start) > 20*time.Second {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("not delivered: applied %v", applied)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	has := func(want ...string) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, w := range want {
+				if !slices.Contains(applied, w) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	drive(has("run1:1", "run1:2", "run1:3"))
+	e.want(e.call("tok", "POST", "/v1/tasks/"+task+"/rerun", "r-1", ""), 201, "")
+	drive(has("run2:1", "run2:2"))
+	hold.Store(false)
+	drive(func() bool { return lateOutcome.Load() != nil })
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Contains(applied, "run1:4") || !strings.Contains(lateOutcome.Load().(string), `"superseded"`) {
+		t.Fatalf("the replaced run's late event: applied %v, answer %v", applied, lateOutcome.Load())
+	}
 }
