@@ -346,7 +346,14 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 
 // adminMux serves /metrics, /healthz (the process is up) and /readyz (the
 // store answers, and the proxy is not shutting down).
-func adminMux(p *proxy.Proxy, reg *prometheus.Registry, shuttingDown *atomic.Bool) *http.ServeMux {
+func adminMux(p *proxy.Proxy, reg *prometheus.Registry, shuttingDown *atomic.Bool) http.Handler {
+	return adminHandler(reg, shuttingDown, p.Ready)
+}
+
+// adminHandler serves /metrics from reg, /healthz (the process is up) and
+// /readyz (ready answers, and the process is not shutting down), for the
+// --admin listener of idem proxy and idem serve.
+func adminHandler(reg *prometheus.Registry, shuttingDown *atomic.Bool, ready func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -359,7 +366,7 @@ func adminMux(p *proxy.Proxy, reg *prometheus.Registry, shuttingDown *atomic.Boo
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := p.Ready(ctx); err != nil {
+		if err := ready(ctx); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}

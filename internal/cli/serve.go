@@ -14,13 +14,17 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/key"
+	"github.com/idemhq/idem/prom"
 	"github.com/idemhq/idem/serve"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
@@ -36,6 +40,7 @@ type serveFlags struct {
 	lease           time.Duration
 	maxAttempts     int
 	demo            bool
+	admin           string
 	shutdownTimeout time.Duration
 	migrate         bool
 	logLevel        slog.Level
@@ -79,6 +84,7 @@ listening on http://ADDR" on stdout. Every flag has an environment variable:
 	fl.DurationVar(&f.lease, "lease", execution.DefaultLease, "a claim's default lease (a worker's leaseSeconds overrides it)")
 	fl.IntVar(&f.maxAttempts, "max-attempts", execution.DefaultMaxAttempts, "claims a step gets before a retryable failure fails it for good")
 	fl.BoolVar(&f.demo, "demo", false, "create a demo application and worker token, run an in-process worker for the type \"demo\", and print curl lines")
+	fl.StringVar(&f.admin, "admin", "", "address of a separate listener serving /metrics, /healthz and /readyz (default: none)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	fl.BoolVar(&f.migrate, "migrate", false, "apply the store's pending migrations before starting")
 	fl.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
@@ -154,7 +160,13 @@ func openServeStore(ctx context.Context, v string, o storeOpts) (*openedStore, e
 
 func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types map[string]execution.TypeConfig,
 	f *serveFlags, logger *slog.Logger, stdout io.Writer) error {
-	srv, err := serve.New(s, &serve.Config{Types: types, Logger: logger})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	outboxHooks, err := prom.Outbox(reg)
+	if err != nil {
+		return err
+	}
+	srv, err := serve.New(s, &serve.Config{Types: types, Logger: logger, OutboxHooks: outboxHooks})
 	if err != nil {
 		return usageError{err}
 	}
@@ -163,6 +175,14 @@ func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types 
 		return fmt.Errorf("--listen: %w", err)
 	}
 	defer ln.Close()
+	var adminLn net.Listener
+	if f.admin != "" {
+		if adminLn, err = net.Listen("tcp", f.admin); err != nil {
+			return fmt.Errorf("--admin: %w", err)
+		}
+		defer adminLn.Close()
+	}
+	var shuttingDown atomic.Bool
 	names := slices.Sorted(func(yield func(string) bool) {
 		for n := range types {
 			if !yield(n) {
@@ -176,7 +196,7 @@ func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types 
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	wg.Go(func() {
 		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- err
@@ -187,6 +207,22 @@ func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types 
 	wg.Go(func() { _ = key.RunSweeper(bg, s, &key.SweeperConfig{Logger: logger}) })
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "serve listening on %s\n", url)
+	var adminSrv *http.Server
+	if adminLn != nil {
+		adminSrv = &http.Server{Handler: adminHandler(reg, &shuttingDown, func(ctx context.Context) error {
+			// The store answers: an unknown application is a clean "no".
+			if _, err := s.GetApp(ctx, "-"); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			return nil
+		}), ReadHeaderTimeout: 10 * time.Second, ErrorLog: hs.ErrorLog}
+		wg.Go(func() {
+			if err := adminSrv.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		})
+		fmt.Fprintf(stdout, "admin listening on http://%s\n", adminLn.Addr())
+	}
 	if f.demo {
 		if err := startDemo(bg, s, srv, url, stdout, &wg, logger); err != nil {
 			stopBG()
@@ -202,11 +238,19 @@ func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types 
 	case runErr = <-serveErr:
 		logger.Error("serving failed; shutting down", "err", runErr)
 	}
+	shuttingDown.Store(true)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		logger.Warn("in-flight requests did not finish in time", "err", err)
 		hs.Close()
+	}
+	if adminSrv != nil {
+		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := adminSrv.Shutdown(actx); err != nil {
+			adminSrv.Close()
+		}
+		acancel()
 	}
 	stopBG()
 	wg.Wait()

@@ -23,7 +23,7 @@ func TestServeDemo(t *testing.T) {
 	stdout, stderr := newLines(), newLines()
 	done := make(chan int, 1)
 	go func() {
-		done <- Main(ctx, []string{"serve", "--demo", "--migrate", "--store", db, "--listen", "127.0.0.1:0"}, stdout, stderr)
+		done <- Main(ctx, []string{"serve", "--demo", "--migrate", "--store", db, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, stdout, stderr)
 	}()
 	defer func() {
 		cancel()
@@ -36,14 +36,17 @@ func TestServeDemo(t *testing.T) {
 			t.Errorf("idem serve did not stop:\n%s", stderr)
 		}
 	}()
-	var url, token string
+	var url, admin, token string
 	tokenRE := regexp.MustCompile(`demo application token: (\S+)`)
 	deadline := time.After(30 * time.Second)
-	for url == "" || token == "" {
+	for url == "" || token == "" || admin == "" {
 		select {
 		case line := <-stdout.ch:
 			if u, ok := strings.CutPrefix(line, "serve listening on "); ok {
 				url = u
+			}
+			if u, ok := strings.CutPrefix(line, "admin listening on "); ok {
+				admin = u
 			}
 			if m := tokenRE.FindStringSubmatch(line); m != nil {
 				token = m[1]
@@ -68,6 +71,17 @@ func TestServeDemo(t *testing.T) {
 		var out map[string]map[string]any
 		_ = json.Unmarshal(b, &out)
 		return res.StatusCode, out, res.Header.Get("Idempotent-Replayed")
+	}
+	for path, want := range map[string]string{"/readyz": "ok", "/healthz": "ok", "/metrics": "idem_outbox_attempt_duration_seconds"} {
+		res, err := http.Get(admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Fatalf("admin %s: %d %.200s", path, res.StatusCode, b)
+		}
 	}
 	status, first, _ := post()
 	if status != 201 {
