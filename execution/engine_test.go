@@ -496,3 +496,26 @@ func TestRankOfEvents(t *testing.T) {
 		t.Fatal("rank of a foreign event")
 	}
 }
+
+// Canceling a running execution whose step waits for an operator (no
+// worker would hear of it) cancels it at once.
+func TestCancelWithNoWorker(t *testing.T) {
+	h := newHarness(t, nil)
+	_, e := h.create("charge")
+	h.claim("w1", "charge")
+	h.clock.Advance(11 * time.Second)
+	if _, err := h.en.Expire(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	var got store.Execution
+	if err := h.tx(func(ctx context.Context, tx *memstore.Tx) error {
+		var err error
+		got, err = h.en.CancelTx(ctx, tx, "app", e.ID)
+		return err
+	}); err != nil || got.Status != store.ExecutionCanceled {
+		t.Fatalf("cancel: %+v %v", got, err)
+	}
+	if evs := h.events(e.ID); !slices.Equal(evs[len(evs)-2:], []string{"idem.execution.canceling", "idem.execution.canceled"}) {
+		t.Fatalf("events %v", evs)
+	}
+}

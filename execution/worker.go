@@ -260,10 +260,12 @@ func (en *Engine[TX]) CancelTx(ctx context.Context, tx TX, app, executionID stri
 	if err != nil || !changed {
 		return e, err
 	}
+	working := false // a worker holds a step, and will be told
 	for _, st := range steps {
 		switch {
 		case StepStatus(st.Status).Terminal():
 		case next == StatusCanceling && StepStatus(st.Status) == StepExecuting:
+			working = true
 			// Its worker is told on its next heartbeat, and ends it.
 			if _, _, err := en.s.UpdateStepTx(ctx, tx, store.StepUpdate{App: app, ID: st.ID, From: store.StepExecuting,
 				Status: store.StepExecuting, CancelRequested: true}); err != nil {
@@ -275,7 +277,12 @@ func (en *Engine[TX]) CancelTx(ctx context.Context, tx TX, app, executionID stri
 			}
 		}
 	}
-	return en.transition(ctx, tx, task, e, ActionCancel, store.Transition{})
+	if e, err = en.transition(ctx, tx, task, e, ActionCancel, store.Transition{}); err != nil || working || Status(e.Status) != StatusCanceling {
+		return e, err
+	}
+	// RUNNING with no worker on a step (one waits for an operator): no one
+	// would end the cancel, so it ends now.
+	return en.transition(ctx, tx, task, e, ActionFail, store.Transition{Error: "canceled"})
 }
 
 // Expire times out the executions whose task's deadline passed (their live
