@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemhq/idem/internal/loadtest"
 	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/store/pgstore"
@@ -80,6 +82,12 @@ func postgresSchemaURL(t *testing.T) *url.URL {
 	if _, err := pgstore.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
+	return schemaURL(t, pool)
+}
+
+// schemaURL is the server's URL with pool's schema as its search_path.
+func schemaURL(t *testing.T, pool *pgxpool.Pool) *url.URL {
+	t.Helper()
 	var schema string
 	if err := pool.QueryRow(context.Background(), "SELECT current_schema()").Scan(&schema); err != nil {
 		t.Fatal(err)

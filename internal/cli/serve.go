@@ -38,6 +38,7 @@ type serveFlags struct {
 	taskTypes       []string
 	onceTypes       []string
 	lease           time.Duration
+	keyLease        time.Duration
 	maxAttempts     int
 	demo            bool
 	admin           string
@@ -82,6 +83,7 @@ listening on http://ADDR" on stdout. Every flag has an environment variable:
 	fl.StringSliceVar(&f.taskTypes, "task-types", nil, "task types that external workers run, comma-separated")
 	fl.StringSliceVar(&f.onceTypes, "once-types", nil, "task types whose steps are not run again after a lost lease (an operator resolves them)")
 	fl.DurationVar(&f.lease, "lease", execution.DefaultLease, "a claim's default lease (a worker's leaseSeconds overrides it)")
+	fl.DurationVar(&f.keyLease, "key-lease", key.DefaultLease, "how long a task creation's request key is held when its process dies before answering (its retries get 409 until then)")
 	fl.IntVar(&f.maxAttempts, "max-attempts", execution.DefaultMaxAttempts, "claims a step gets before a retryable failure fails it for good")
 	fl.BoolVar(&f.demo, "demo", false, "create a demo application and worker token, run an in-process worker for the type \"demo\", and print curl lines")
 	fl.StringVar(&f.admin, "admin", "", "address of a separate listener serving /metrics, /healthz and /readyz (default: none)")
@@ -96,8 +98,8 @@ listening on http://ADDR" on stdout. Every flag has an environment variable:
 
 // types builds the declared task types from the flags.
 func (f *serveFlags) types() (map[string]execution.TypeConfig, error) {
-	if f.lease <= 0 || f.maxAttempts < 1 || f.shutdownTimeout <= 0 {
-		return nil, usagef("--lease and --shutdown-timeout must be positive, --max-attempts at least 1")
+	if f.lease <= 0 || f.keyLease <= 0 || f.maxAttempts < 1 || f.shutdownTimeout <= 0 {
+		return nil, usagef("--lease, --key-lease and --shutdown-timeout must be positive, --max-attempts at least 1")
 	}
 	names := slices.Clone(f.taskTypes)
 	if f.demo && !slices.Contains(names, "demo") {
@@ -166,7 +168,8 @@ func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types 
 	if err != nil {
 		return err
 	}
-	srv, err := serve.New(s, &serve.Config{Types: types, Logger: logger, OutboxHooks: outboxHooks})
+	srv, err := serve.New(s, &serve.Config{Types: types, Logger: logger, OutboxHooks: outboxHooks,
+		Key: &key.Config{Lease: f.keyLease, Logger: logger}})
 	if err != nil {
 		return usageError{err}
 	}

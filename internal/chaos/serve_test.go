@@ -1,0 +1,299 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/internal/testutil/testdb"
+	"github.com/idemhq/idem/serve"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
+)
+
+// serveSize is one version of TestServeChaos.
+type serveSize struct {
+	tasks, workers      int
+	duration, killEvery time.Duration
+	stall               float64 // share of claims whose worker stalls past its lease
+}
+
+func currentServeSize() serveSize {
+	if *long {
+		return serveSize{tasks: 2000, workers: 16, duration: 60 * time.Second, killEvery: 2 * time.Second, stall: 0.05}
+	}
+	return serveSize{tasks: 60, workers: 6, duration: 6 * time.Second, killEvery: 1500 * time.Millisecond, stall: 0.15}
+}
+
+// TestServeChaos runs three `idem serve` processes on one PostgreSQL schema,
+// SIGKILLs one at random again and again, and has HTTP workers that
+// sometimes stall past their lease (as a SIGSTOPped process would) before
+// completing. Every step calls a target that honours Idempotency-Key with
+// the step's key. After the faults stop, every task's execution must be
+// SUCCEEDED within the lease plus a few seconds; the target must have seen
+// one effect per execution; no completion under a stale epoch may have been
+// accepted; every history must be numbered 1, 2, 3… with no gap.
+func TestServeChaos(t *testing.T) {
+	sz := currentServeSize()
+	ctx := context.Background()
+	pool := testdb.Postgres(t)
+	if _, err := pgstore.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateApp(ctx, store.App{Name: "orders", TokenHashes: [][]byte{serve.HashToken("tok")}, Scheme: "idem", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddWorkerToken(ctx, serve.HashToken("w"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	storeURL := schemaURL(t, pool).String()
+
+	// The downstream target: one effect per key, whatever the retries.
+	var tmu sync.Mutex
+	effects, calls := map[string]int{}, map[string]int{}
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get("Idempotency-Key")
+		tmu.Lock()
+		calls[k]++
+		if calls[k] == 1 {
+			effects[k]++
+		}
+		tmu.Unlock()
+		w.WriteHeader(200)
+	}))
+	defer target.Close()
+
+	dir := t.TempDir()
+	procs := make([]*proxyProc, 3)
+	for i := range procs {
+		procs[i] = &proxyProc{t: t, addr: freeAddr(t), log: filepath.Join(dir, fmt.Sprintf("serve-%d.log", i)),
+			args: []string{"serve", "--store", storeURL, "--task-types", "export", "--lease", "2s", "--key-lease", "2s", "--shutdown-timeout", "2s"}}
+		procs[i].start()
+	}
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	client := &http.Client{Timeout: 10 * time.Second}
+	call := func(token, method, path, key string, body any) (int, map[string]any, error) {
+		var rd io.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = bytes.NewReader(b)
+		}
+		p := procs[rand.IntN(len(procs))]
+		req, _ := http.NewRequest(method, "http://"+p.addr+path, rd)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		b, _ := io.ReadAll(res.Body)
+		_ = json.Unmarshal(b, &out)
+		return res.StatusCode, out, nil
+	}
+
+	start := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	// The killer.
+	var kills atomic.Int64
+	wg.Go(func() {
+		t := time.NewTicker(sz.killEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				procs[rand.IntN(len(procs))].kill()
+				kills.Add(1)
+			}
+		}
+	})
+	// The workers.
+	type accepted struct {
+		step  string
+		epoch int64
+	}
+	var amu sync.Mutex
+	var completes []accepted
+	var fenced, refused, stalls atomic.Int64
+	workersDone := make(chan struct{})
+	var workers sync.WaitGroup
+	for range sz.workers {
+		workers.Go(func() {
+			for {
+				select {
+				case <-workersDone:
+					return
+				default:
+				}
+				code, c, err := call("w", "POST", "/v1/worker/claim", "", map[string]any{"types": []string{"export"}, "waitSeconds": 1, "leaseSeconds": 2})
+				if err != nil || code != 200 {
+					continue
+				}
+				step, _ := c["step"].(map[string]any)
+				id, _ := step["id"].(string)
+				key, _ := step["idempotencyKey"].(string)
+				epoch := int64(step["epoch"].(float64))
+				req, _ := http.NewRequest("POST", target.URL, nil)
+				req.Header.Set("Idempotency-Key", key)
+				if res, err := http.DefaultClient.Do(req); err == nil {
+					res.Body.Close()
+				}
+				if rand.Float64() < sz.stall {
+					stalls.Add(1)
+					time.Sleep(3 * time.Second) // past the 2 s lease
+				}
+				for try := 0; try < 20; try++ {
+					code, _, err := call("w", "POST", "/v1/worker/steps/"+id+"/complete", "", map[string]any{"epoch": epoch, "output": map[string]any{"ok": true}})
+					if err != nil || code >= 500 {
+						time.Sleep(100 * time.Millisecond)
+						continue
+					}
+					switch code {
+					case 200:
+						amu.Lock()
+						completes = append(completes, accepted{id, epoch})
+						amu.Unlock()
+					case 409:
+						fenced.Add(1)
+					default:
+						refused.Add(1)
+					}
+					break
+				}
+			}
+		})
+	}
+	// The applications' clients: every task created, retried until 201.
+	execs := make([]string, sz.tasks)
+	var clients sync.WaitGroup
+	for c := range 4 {
+		clients.Go(func() {
+			for i := c; i < sz.tasks; i += 4 {
+				for try := 0; ; try++ {
+					code, out, err := call("tok", "POST", "/v1/tasks", fmt.Sprintf("task-%d", i), map[string]any{"type": "export", "input": map[string]any{"n": i}})
+					if err == nil && code == 201 {
+						execs[i] = out["execution"].(map[string]any)["id"].(string)
+						break
+					}
+					if try > 1000 {
+						t.Errorf("task %d never created: %d %v %v", i, code, out, err)
+						return
+					}
+					// A process killed while creating leaves its key held
+					// for --key-lease: 409 until then.
+					time.Sleep(50 * time.Millisecond)
+				}
+				time.Sleep(sz.duration / time.Duration(sz.tasks/4+1))
+			}
+		})
+	}
+	clients.Wait()
+	time.Sleep(max(0, sz.duration-time.Since(start)))
+	close(stop)
+	wg.Wait()
+	// The faults stopped: every execution must finish within lease + 5 s
+	// (plus a claim's wait and a stalled worker's sleep).
+	deadline := time.Now().Add(2*time.Second + 5*time.Second + 4*time.Second)
+	var pending []string
+	for {
+		pending = pending[:0]
+		for _, id := range execs {
+			e, err := st.GetExecution(ctx, "orders", id)
+			if err != nil || e.Status != store.ExecutionSucceeded {
+				pending = append(pending, id)
+			}
+		}
+		if len(pending) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(workersDone)
+	workers.Wait()
+	if len(pending) > 0 {
+		t.Fatalf("%d executions not SUCCEEDED within lease + 5 s after the faults stopped (e.g. %s)", len(pending), pending[0])
+	}
+	// One effect per execution's key, and no other key.
+	tmu.Lock()
+	for _, id := range execs {
+		if effects[id+":export"] != 1 {
+			t.Errorf("execution %s: %d effects at the target", id, effects[id+":export"])
+		}
+	}
+	if len(effects) != sz.tasks {
+		t.Errorf("the target saw %d keys, want %d", len(effects), sz.tasks)
+	}
+	retries := 0
+	for _, n := range calls {
+		retries += n - 1
+	}
+	tmu.Unlock()
+	// Every accepted completion was under the step's final claim, and the
+	// histories are whole.
+	final := map[string]int64{}
+	for _, id := range execs {
+		steps, err := st.ListSteps(ctx, "orders", id)
+		if err != nil || len(steps) != 1 {
+			t.Fatalf("steps of %s: %v %v", id, steps, err)
+		}
+		final["orders."+steps[0].ID] = steps[0].Epoch
+		evs, err := st.ListEvents(ctx, "orders", id, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, ev := range evs {
+			if ev.Sequence != int64(i+1) {
+				t.Fatalf("execution %s: event %d has sequence %d", id, i+1, ev.Sequence)
+			}
+		}
+		if types := eventTypes(evs); types[len(types)-1] != "idem.execution.succeeded" || slices.Index(types, "idem.execution.succeeded") != len(types)-1 {
+			t.Fatalf("execution %s: events %v", id, types)
+		}
+	}
+	amu.Lock()
+	for _, a := range completes {
+		if a.epoch != final[a.step] {
+			t.Errorf("a completion under epoch %d was accepted; the step's claim is %d", a.epoch, final[a.step])
+		}
+	}
+	n := len(completes)
+	amu.Unlock()
+	if kills.Load() == 0 || stalls.Load() == 0 {
+		t.Fatalf("kills %d, stalls %d: the test proved nothing about crashes or stale workers", kills.Load(), stalls.Load())
+	}
+	t.Logf("%d tasks over 3 serve processes: %d kills, %d stalled workers, %d completions accepted, %d refused as fenced (409), %d refused otherwise; %d repeated calls at the target (one effect per key)",
+		sz.tasks, kills.Load(), stalls.Load(), n, fenced.Load(), refused.Load(), retries)
+}
+
+func eventTypes(evs []store.Event) []string {
+	var out []string
+	for _, ev := range evs {
+		out = append(out, ev.Type)
+	}
+	return out
+}
