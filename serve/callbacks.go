@@ -69,15 +69,15 @@ func (srv *Server[TX]) onEventTx(ctx context.Context, txAny any, app string, tas
 			return err
 		}
 	}
-	// Applications change rarely and outside these transactions: the
-	// store's plain read serves.
-	a, err := srv.s.GetApp(ctx, app)
-	if err != nil || a.CallbackURL == "" {
-		return err
-	}
 	tx, ok := txAny.(TX)
 	if !ok {
 		return fmt.Errorf("serve: a transaction of type %T", txAny)
+	}
+	// Read in the transaction: waiting for a second pooled connection
+	// while holding one would deadlock a busy pool.
+	a, err := srv.s.GetAppTx(ctx, tx, app)
+	if err != nil || a.CallbackURL == "" {
+		return err
 	}
 	seq := strconv.FormatInt(ev.Sequence, 10)
 	id := e.ID + "-" + seq

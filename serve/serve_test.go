@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/internal/testutil/testdb"
@@ -115,7 +116,9 @@ func (e *env) call(token, method, path, idemKey, body string) answer {
 		req.Header.Set("Idempotency-Key", idemKey)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
+	// A bounded wait: a server that hangs fails the test instead of
+	// stalling it.
+	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -339,4 +342,60 @@ func exercise[TX any](t *testing.T, open func(*testing.T) serve.Store[TX]) {
 			t.Fatalf("events %s", evs.raw)
 		}
 	})
+}
+
+// TestSmallPool serves from a PostgreSQL pool of two connections while
+// eight applications' requests create tasks at once: a request holding its
+// transaction must never wait for a second connection (every holder
+// waiting for one would deadlock the pool until the clients give up).
+func TestSmallPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Postgres(t)
+	if _, err := pgstore.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(testdb.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	small, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	s, err := pgstore.New(small, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateApp(ctx, store.App{Name: "orders", TokenHashes: [][]byte{serve.HashToken("tok")},
+		CallbackURL: "http://127.0.0.1:1/cb", Scheme: "idem", Secrets: []string{"secret-0123456789"}, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := serve.New(s, &serve.Config{Types: types0()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	e := &env{t: t, url: hs.URL}
+	var wg sync.WaitGroup
+	codes := make([]int, 8)
+	for i := range codes {
+		wg.Go(func() {
+			codes[i] = e.call("tok", "POST", "/v1/tasks", fmt.Sprintf("k-%d", i), `{"type":"export","input":{}}`).status
+		})
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 201 {
+			t.Fatalf("create %d: %d", i, c)
+		}
+	}
 }

@@ -29,7 +29,7 @@ type Store[TX any] interface {
 	store.TxStore[TX]
 	execution.Store[TX]
 	store.OutboxStore[TX]
-	store.AppStore
+	store.AppTxStore[TX]
 }
 
 // Config configures a Server.

@@ -50,3 +50,12 @@ type AppStore interface {
 	// WorkerToken reports whether hash is a worker token's.
 	WorkerToken(ctx context.Context, hash []byte) (bool, error)
 }
+
+// AppTxStore reads applications inside the caller's transaction: code
+// that holds a transaction must not wait for a second connection of a
+// bounded pool (every holder waiting for one deadlocks the pool).
+type AppTxStore[TX any] interface {
+	AppStore
+	// GetAppTx is GetApp in tx.
+	GetAppTx(ctx context.Context, tx TX, name string) (App, error)
+}

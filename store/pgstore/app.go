@@ -11,7 +11,7 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-var _ store.AppStore = (*Store)(nil)
+var _ store.AppTxStore[pgx.Tx] = (*Store)(nil)
 
 // The application statements are short and rare (a command, a cache miss
 // of the server), so they are written here rather than in sql/.
@@ -97,7 +97,14 @@ func orEmptyStrings(s []string) []string {
 
 // readApps reads the applications appSelectSQL finds with where.
 func (s *Store) readApps(ctx context.Context, where string, args ...any) ([]store.App, error) {
-	rows, err := s.pool.Query(ctx, appSelectSQL+" "+where+" ORDER BY a.name", args...)
+	return readApps(ctx, s.pool, where, args...)
+}
+
+// readApps reads with q (the pool, or a transaction).
+func readApps(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, where string, args ...any) ([]store.App, error) {
+	rows, err := q.Query(ctx, appSelectSQL+" "+where+" ORDER BY a.name", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +124,21 @@ func (s *Store) GetApp(ctx context.Context, name string) (store.App, error) {
 		return store.App{}, appError("get app", name, store.ErrNotFound)
 	}
 	apps, err := s.readApps(ctx, "WHERE a.name = $1", name)
+	if err == nil && len(apps) == 0 {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.App{}, appError("get app", name, err)
+	}
+	return apps[0], nil
+}
+
+// GetAppTx implements store.AppTxStore.
+func (s *Store) GetAppTx(ctx context.Context, tx pgx.Tx, name string) (store.App, error) {
+	if !storable(name) {
+		return store.App{}, appError("get app", name, store.ErrNotFound)
+	}
+	apps, err := readApps(ctx, tx, "WHERE a.name = $1", name)
 	if err == nil && len(apps) == 0 {
 		err = store.ErrNotFound
 	}

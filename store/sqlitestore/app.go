@@ -11,7 +11,7 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-var _ store.AppStore = (*Store)(nil)
+var _ store.AppTxStore[*sql.Tx] = (*Store)(nil)
 
 // The application statements are short and rare (a command, a cache miss
 // of the server), so they are written here rather than in sql/.
@@ -96,7 +96,14 @@ func (s *Store) UpdateApp(ctx context.Context, a store.App) error {
 // readApps reads the applications a query of appSelectSQL finds, with
 // their token hashes.
 func (s *Store) readApps(ctx context.Context, where string, args ...any) ([]store.App, error) {
-	rows, err := s.db.QueryContext(ctx, appSelectSQL+" "+where+" ORDER BY name", args...)
+	return readApps(ctx, s.db, where, args...)
+}
+
+// readApps reads with q (the pool, or a transaction).
+func readApps(ctx context.Context, q interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}, where string, args ...any) ([]store.App, error) {
+	rows, err := q.QueryContext(ctx, appSelectSQL+" "+where+" ORDER BY name", args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -119,7 +126,7 @@ func (s *Store) readApps(ctx context.Context, where string, args ...any) ([]stor
 		return nil, interpretError(err)
 	}
 	for i := range out {
-		trows, err := s.db.QueryContext(ctx, appTokensSQL, sql.Named("app", out[i].Name))
+		trows, err := q.QueryContext(ctx, appTokensSQL, sql.Named("app", out[i].Name))
 		if err != nil {
 			return nil, interpretError(err)
 		}
@@ -139,6 +146,21 @@ func (s *Store) readApps(ctx context.Context, where string, args ...any) ([]stor
 // GetApp implements store.AppStore.
 func (s *Store) GetApp(ctx context.Context, name string) (store.App, error) {
 	apps, err := s.readApps(ctx, "WHERE name = :name", sql.Named("name", name))
+	if err == nil && len(apps) == 0 {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.App{}, appError("get app", name, err)
+	}
+	return apps[0], nil
+}
+
+// GetAppTx implements store.AppTxStore.
+func (s *Store) GetAppTx(ctx context.Context, tx *sql.Tx, name string) (store.App, error) {
+	if tx == nil {
+		return store.App{}, appError("get app", name, errors.New("tx is nil"))
+	}
+	apps, err := readApps(ctx, tx, "WHERE name = :name", sql.Named("name", name))
 	if err == nil && len(apps) == 0 {
 		err = store.ErrNotFound
 	}

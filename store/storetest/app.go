@@ -87,6 +87,33 @@ func exerciseApps[TX any](t *testing.T, open Open[TX]) {
 			t.Fatalf("list %+v %v", apps, err)
 		}
 	})
+	t.Run("GetAppTx", func(t *testing.T) {
+		t.Parallel()
+		s, _ := OpenAs[store.AppStore](t, open, nil)
+		ts, ok := s.(store.AppTxStore[TX])
+		if !ok {
+			return // reads outside transactions only
+		}
+		tr, ok := s.(store.Transactor[TX])
+		if !ok {
+			t.Fatalf("%T is an AppTxStore without transactions", s)
+		}
+		if err := s.CreateApp(ctx, app("orders", "tok")); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.InTx(ctx, func(ctx context.Context, tx TX) error {
+			a, err := ts.GetAppTx(ctx, tx, "orders")
+			if err != nil || a.CallbackURL != "https://orders.example/callbacks" || len(a.TokenHashes) != 1 {
+				t.Errorf("GetAppTx: %+v %v", a, err)
+			}
+			if _, err := ts.GetAppTx(ctx, tx, "nobody"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("GetAppTx of an unknown application: %v", err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("WorkerTokens", func(t *testing.T) {
 		t.Parallel()
 		s, _ := OpenAs[store.AppStore](t, open, nil)
