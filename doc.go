@@ -67,7 +67,8 @@
 // that report it; the store family is store.ExecutionStore, StepStore and
 // AppStore. Package serve is the HTTP API of `idem serve`: tasks created
 // with request keys, workers claiming steps under a lease and an epoch,
-// events and signed callbacks through the outbox.
+// events and signed callbacks through the outbox. `go run ./examples/exports`
+// shows a task's whole life, a rerun included.
 //
 // # The core: request keys
 //
