@@ -328,7 +328,7 @@ func (a answer) field(path ...string) any {
 }
 
 func (a answer) str(path ...string) string { s, _ := a.field(path...).(string); return s }
-func (a answer) num(path ...string) int64 { f, _ := a.field(path...).(float64); return int64(f) }
+func (a answer) num(path ...string) int64  { f, _ := a.field(path...).(float64); return int64(f) }
 
 // call sends one request; lose drops the answer after the server has
 // handled the request, as a client timeout would.
