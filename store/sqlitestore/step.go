@@ -19,6 +19,10 @@ var (
 	stepInsertSQL string
 	//go:embed sql/step_claim.sql
 	stepClaimSQL string
+	//go:embed sql/step_candidate_dispatched.sql
+	stepCandidateDispatchedSQL string
+	//go:embed sql/step_candidate_expired.sql
+	stepCandidateExpiredSQL string
 	//go:embed sql/step_update.sql
 	stepUpdateSQL string
 	//go:embed sql/step_get.sql
@@ -69,9 +73,42 @@ func (s *Store) ClaimStepTx(ctx context.Context, tx *sql.Tx, c store.StepClaim) 
 	if err != nil {
 		return store.Step{}, false, fmt.Errorf("sqlitestore: claim step: %w", err)
 	}
+	now := toMicros(c.Now)
+	// The oldest candidate: the first due dispatched step of each type (an
+	// index seek each), and the first expired one.
+	type cand struct {
+		app, id string
+		due     int64
+	}
+	var best *cand
+	consider := func(query string, args ...any) error {
+		var k cand
+		err := tx.QueryRowContext(ctx, query, args...).Scan(&k.app, &k.id, &k.due)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		}
+		if best == nil || k.due < best.due || (k.due == best.due && k.id < best.id) {
+			best = &k
+		}
+		return nil
+	}
+	for _, typ := range c.Types {
+		if err := consider(stepCandidateDispatchedSQL, sql.Named("type", typ), sql.Named("now", now)); err != nil {
+			return store.Step{}, false, fmt.Errorf("sqlitestore: claim step: %w", interpretError(err))
+		}
+	}
+	if err := consider(stepCandidateExpiredSQL, sql.Named("types", string(types)), sql.Named("now", now)); err != nil {
+		return store.Step{}, false, fmt.Errorf("sqlitestore: claim step: %w", interpretError(err))
+	}
+	if best == nil {
+		return store.Step{}, false, nil
+	}
 	var st store.Step
-	err = scanStep(tx.QueryRowContext(ctx, stepClaimSQL, sql.Named("types", string(types)), sql.Named("owner", c.Owner),
-		sql.Named("now", toMicros(c.Now)), sql.Named("lease_until", toMicros(c.Now.Add(c.Lease)))), &st, &st.App)
+	err = scanStep(tx.QueryRowContext(ctx, stepClaimSQL, sql.Named("app", best.app), sql.Named("id", best.id), sql.Named("owner", c.Owner),
+		sql.Named("now", now), sql.Named("lease_until", toMicros(c.Now.Add(c.Lease)))), &st, &st.App)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.Step{}, false, nil
