@@ -4,10 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/internal/testutil/testdb"
@@ -127,5 +132,84 @@ func BenchmarkExecutions(b *testing.B) {
 				}
 			})
 		})
+	})
+}
+
+// exportArgs is River's job for the same work.
+type exportArgs struct {
+	Order string `json:"order"`
+}
+
+func (exportArgs) Kind() string { return "export" }
+
+type exportWorker struct {
+	river.WorkerDefaults[exportArgs]
+	done *sync.WaitGroup
+}
+
+func (w *exportWorker) Work(context.Context, *river.Job[exportArgs]) error {
+	w.done.Done()
+	return nil
+}
+
+// BenchmarkRiver does the same with River on the same PostgreSQL: Create
+// inserts a job; Work inserts b.N jobs, then times River's client working
+// them all (its own fetch loop, 8 workers, batched completions).
+func BenchmarkRiver(b *testing.B) {
+	ctx := context.Background()
+	pool := testdb.Postgres(b)
+	driver := riverpgxv5.New(pool)
+	m, err := rivermigrate.New(driver, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Create", func(b *testing.B) {
+		client, err := river.NewClient(driver, &river.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := client.Insert(ctx, exportArgs{Order: "o-1"}, nil); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("Work", func(b *testing.B) {
+		if _, err := pool.Exec(ctx, `DELETE FROM river_job`); err != nil {
+			b.Fatal(err)
+		}
+		var done sync.WaitGroup
+		workers := river.NewWorkers()
+		river.AddWorker(workers, &exportWorker{done: &done})
+		client, err := river.NewClient(driver, &river.Config{Workers: workers,
+			Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 8}}, FetchCooldown: time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		params := make([]river.InsertManyParams, b.N)
+		for i := range params {
+			params[i] = river.InsertManyParams{Args: exportArgs{Order: "o-1"}}
+		}
+		for start := 0; start < len(params); start += 1000 {
+			if _, err := client.InsertMany(ctx, params[start:min(start+1000, len(params))]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		done.Add(b.N)
+		b.ResetTimer()
+		if err := client.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		done.Wait()
+		b.StopTimer()
+		if err := client.Stop(ctx); err != nil {
+			b.Fatal(err)
+		}
 	})
 }
