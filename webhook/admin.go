@@ -26,6 +26,13 @@ type DeadLetterJSON struct {
 	Event json.RawMessage `json:"event"`
 }
 
+// AdminConfig configures Admin.
+type AdminConfig struct {
+	// ProblemBase prefixes problem type URIs, as Config.ProblemBase does
+	// for the endpoint. Defaults to problem.DefaultBase.
+	ProblemBase string
+}
+
 // DeadLetterPage is the answer of GET dead-letters.
 type DeadLetterPage struct {
 	DeadLetters []DeadLetterJSON `json:"dead_letters"`
@@ -41,9 +48,15 @@ type DeadLetterPage struct {
 //	GET  gaps?limit=N                    recorded gaps, oldest first
 //
 // `idem inbox` talks to it. Requeue runs the service's own apply function,
-// which is why it is served by the service and not by the command.
-func Admin[TX any](p *inbox.Processor[TX]) http.Handler {
+// which is why it is served by the service and not by the command. A
+// requeue refused because its stream's backlog is full answers 503
+// stream-backlog-full; one the store could not take, 503
+// store-unavailable. cfg may be nil (all defaults).
+func Admin[TX any](p *inbox.Processor[TX], cfg *AdminConfig) http.Handler {
 	base := problem.DefaultBase
+	if cfg != nil && cfg.ProblemBase != "" {
+		base = cfg.ProblemBase
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /dead-letters", func(w http.ResponseWriter, r *http.Request) {
 		after, err1 := intParam(r, "after", 0)
@@ -83,7 +96,11 @@ func Admin[TX any](p *inbox.Processor[TX]) http.Handler {
 		case errors.Is(err, store.ErrNotFound):
 			problem.Write(w, base, problem.SlugDeadLetterNotFound, http.StatusNotFound, err.Error())
 			return
-		case errors.Is(err, inbox.ErrUnavailable), errors.Is(err, inbox.ErrBackpressure):
+		case errors.Is(err, inbox.ErrBackpressure):
+			w.Header().Set("Retry-After", "5")
+			problem.Write(w, base, SlugStreamBacklogFull, http.StatusServiceUnavailable, err.Error())
+			return
+		case errors.Is(err, inbox.ErrUnavailable):
 			w.Header().Set("Retry-After", "5")
 			problem.Write(w, base, SlugStoreUnavailable, http.StatusServiceUnavailable, err.Error())
 			return

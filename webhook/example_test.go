@@ -93,7 +93,7 @@ func Example() {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /events", h)
-	mux.Handle("/admin/inbox/", http.StripPrefix("/admin/inbox", webhook.Admin(p))) // private address
+	mux.Handle("/admin/inbox/", http.StripPrefix("/admin/inbox", webhook.Admin(p, nil))) // private address
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = p.RunCompensator(ctx, refetch) }) // delta gaps past their deadline
 	wg.Go(func() { _ = p.RunSweeper(ctx) })              // inbox rows past retention

@@ -52,7 +52,7 @@ func TestInboxCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(webhook.Admin(p))
+	srv := httptest.NewServer(webhook.Admin(p, nil))
 	t.Cleanup(srv.Close)
 
 	ev := func(seq int64, data string) event.Event {
