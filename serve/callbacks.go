@@ -13,8 +13,13 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-// callbackTarget is the outbox target of every application's callbacks.
-const callbackTarget = "callbacks"
+// The outbox target of every application's callbacks, its attempts'
+// timeout and the relay's lease.
+const (
+	callbackTarget  = "callbacks"
+	callbackTimeout = 5 * time.Second
+	callbackLease   = 15 * time.Second
+)
 
 // eventKey is the outbox key of an event's callback: the CloudEvent id.
 func eventKey(input any) (string, error) {
@@ -31,7 +36,10 @@ func eventKey(input any) (string, error) {
 // whose URL and signer are each application's.
 func (srv *Server[TX]) newRelay() (*outbox.Relay[TX], error) {
 	return outbox.New[TX](srv.s, &outbox.Config{
-		Targets: []outbox.Target{{Name: callbackTarget, Key: eventKey, Route: srv.route}},
+		// A relay that dies holding a callback delays it by the lease, so
+		// the lease is short (an attempt's timeout plus room to record it).
+		Targets: []outbox.Target{{Name: callbackTarget, Key: eventKey, Route: srv.route, Timeout: callbackTimeout}},
+		Lease:   callbackLease,
 		Now:     srv.cfg.Now,
 		Logger:  srv.cfg.Logger,
 		Hooks:   srv.cfg.OutboxHooks,

@@ -17,10 +17,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/execution"
+	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testutil/testdb"
+	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/serve"
+	"github.com/idemhq/idem/signature"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/memstore"
 	"github.com/idemhq/idem/store/pgstore"
+	"github.com/idemhq/idem/webhook"
 )
 
 // serveSize is one version of TestServeChaos.
@@ -44,7 +51,10 @@ func currentServeSize() serveSize {
 // the step's key. After the faults stop, every task's execution must be
 // SUCCEEDED within the lease plus a few seconds; the target must have seen
 // one effect per execution; no completion under a stale epoch may have been
-// accepted; every history must be numbered 1, 2, 3… with no gap.
+// accepted; every history must be numbered 1, 2, 3… with no gap; and the
+// application's receiver (an idem webhook endpoint in delta mode) must
+// have applied every execution's events, 1, 2, 3… once each, delivered by
+// the relays of processes that were killed again and again.
 func TestServeChaos(t *testing.T) {
 	sz := currentServeSize()
 	ctx := context.Background()
@@ -56,7 +66,36 @@ func TestServeChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.CreateApp(ctx, store.App{Name: "orders", TokenHashes: [][]byte{serve.HashToken("tok")}, Scheme: "idem", CreatedAt: time.Now()}); err != nil {
+	// The application's receiver: an idem webhook endpoint, delta order,
+	// ranking executions, on its own memory inbox. It records every event
+	// it applies, per execution.
+	const secret = "chaos-callback-secret-0123456789"
+	var rmu sync.Mutex
+	received := map[string][]int64{}
+	rp, err := inbox.New(memstore.NewInbox(), func(ctx context.Context, tx *memstore.Tx, ev event.Event) error {
+		rmu.Lock()
+		defer rmu.Unlock()
+		received[ev.ExecutionID] = append(received[ev.ExecutionID], ev.Sequence)
+		n := len(received[ev.ExecutionID])
+		id := ev.ExecutionID
+		tx.OnRollback(func() { rmu.Lock(); received[id] = received[id][:n-1]; rmu.Unlock() })
+		return nil
+	}, &inbox.Config{Mode: order.ModeDelta, ExecutionRank: execution.Rank})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := signature.NewVerifier(signature.SchemeIdem, []string{secret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rh, err := webhook.New(rp, &webhook.Config{Verifier: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiver := httptest.NewServer(rh)
+	defer receiver.Close()
+	if err := st.CreateApp(ctx, store.App{Name: "orders", TokenHashes: [][]byte{serve.HashToken("tok")}, CallbackURL: receiver.URL,
+		Scheme: "idem", Secrets: []string{secret}, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.AddWorkerToken(ctx, serve.HashToken("w"), time.Now()); err != nil {
@@ -276,6 +315,48 @@ func TestServeChaos(t *testing.T) {
 			t.Fatalf("execution %s: events %v", id, types)
 		}
 	}
+	// The receiver got every execution's events, contiguous from 1, once
+	// each (the relays in the killed processes were restarted with them).
+	want := map[string]int{}
+	for _, id := range execs {
+		e, err := st.GetExecution(ctx, "orders", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[id] = int(e.LastSequence)
+	}
+	// A relay killed while holding a callback leaves it for its lease
+	// (15 s) before another takes it over, and retries back off.
+	deliveredBy := time.Now().Add(60 * time.Second)
+	for {
+		missing := 0
+		rmu.Lock()
+		for id, n := range want {
+			got := received[id]
+			for i, seq := range got {
+				if seq != int64(i+1) {
+					rmu.Unlock()
+					t.Fatalf("execution %s: the receiver applied %v, not 1, 2, 3… once each", id, got)
+				}
+			}
+			if len(got) > n {
+				rmu.Unlock()
+				t.Fatalf("execution %s: the receiver applied %v, beyond its %d events", id, got, n)
+			}
+			if len(got) < n {
+				missing++
+			}
+		}
+		rmu.Unlock()
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deliveredBy) {
+			dead, _ := st.ListIntents(ctx, store.IntentDead, 0, 10)
+			t.Fatalf("%d executions' callbacks not all delivered within 60 s (dead intents: %+v)", missing, dead)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	amu.Lock()
 	for _, a := range completes {
 		if a.epoch != final[a.step] {
@@ -287,8 +368,12 @@ func TestServeChaos(t *testing.T) {
 	if kills.Load() == 0 || stalls.Load() == 0 {
 		t.Fatalf("kills %d, stalls %d: the test proved nothing about crashes or stale workers", kills.Load(), stalls.Load())
 	}
-	t.Logf("%d tasks over 3 serve processes: %d kills, %d stalled workers, %d completions accepted, %d refused as fenced (409), %d refused otherwise; %d repeated calls at the target (one effect per key)",
-		sz.tasks, kills.Load(), stalls.Load(), n, fenced.Load(), refused.Load(), retries)
+	events := 0
+	for _, n := range want {
+		events += n
+	}
+	t.Logf("%d tasks over 3 serve processes: %d kills, %d stalled workers, %d completions accepted, %d refused as fenced (409), %d refused otherwise; %d repeated calls at the target (one effect per key); %d events applied by the receiver, each once and in order",
+		sz.tasks, kills.Load(), stalls.Load(), n, fenced.Load(), refused.Load(), retries, events)
 }
 
 func eventTypes(evs []store.Event) []string {
