@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/outbox"
@@ -55,6 +57,9 @@ func (srv *Server[TX]) route(ctx context.Context, in store.Intent) (string, *sig
 	}
 	if a.CallbackURL == "" {
 		return "", nil, fmt.Errorf("application %q has no callback URL any more", a.Name)
+	}
+	if !srv.allowed(a.CallbackURL) {
+		return "", nil, fmt.Errorf("application %q's callback URL %q: its host is not in the allowed hosts", a.Name, a.CallbackURL)
 	}
 	scheme := signature.SchemeIdem
 	if a.Scheme == "standard" {
@@ -117,3 +122,26 @@ func (srv *Server[TX]) RunRelay(ctx context.Context) error { return srv.relay.Ru
 // Relay is the callbacks' relay, for a caller that drives it (RunOnce in
 // tests, Drain at shutdown).
 func (srv *Server[TX]) Relay() *outbox.Relay[TX] { return srv.relay }
+
+// allowed reports whether callbacks may go to raw's host (Config.AllowHosts).
+func (srv *Server[TX]) allowed(raw string) bool {
+	if len(srv.cfg.AllowHosts) == 0 {
+		return true
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	host := strings.ToLower(u.Hostname())
+	for _, h := range srv.cfg.AllowHosts {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if suffix, ok := strings.CutPrefix(h, "*."); ok {
+			if strings.HasSuffix(host, "."+suffix) {
+				return true
+			}
+		} else if host == h {
+			return true
+		}
+	}
+	return false
+}

@@ -227,3 +227,43 @@ func TestRerunCallbacksWin(t *testing.T) {
 		t.Fatalf("the replaced run's late event: applied %v, answer %v", applied, lateOutcome.Load())
 	}
 }
+
+// TestAllowHosts: with AllowHosts set, a callback to another host is not
+// sent; to an allowed one it is.
+func TestAllowHosts(t *testing.T) {
+	ctx := context.Background()
+	var hits atomic.Int64
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(204)
+	}))
+	defer receiver.Close()
+	for _, tc := range []struct {
+		allow []string
+		sent  bool
+	}{
+		{[]string{"hooks.example.com", "*.example.org"}, false},
+		{[]string{"*.example.org", "127.0.0.1"}, true},
+	} {
+		hits.Store(0)
+		s := openSQLite(t)
+		if err := s.CreateApp(ctx, store.App{Name: "orders", TokenHashes: [][]byte{serve.HashToken("tok")}, CallbackURL: receiver.URL,
+			Scheme: "idem", Secrets: []string{"callback-secret-0123456789"}, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		srv, err := serve.New(s, &serve.Config{Types: types0(), AllowHosts: tc.allow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(srv)
+		e := &env{t: t, url: hs.URL}
+		e.want(e.call("tok", "POST", "/v1/tasks", "k-1", `{"type":"export","input":{}}`), 201, "")
+		if _, err := srv.Relay().RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hs.Close()
+		if got := hits.Load() > 0; got != tc.sent {
+			t.Fatalf("allow %v: sent %v, want %v", tc.allow, got, tc.sent)
+		}
+	}
+}

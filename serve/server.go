@@ -50,6 +50,14 @@ type Config struct {
 	// Key configures the request keys of task creation and rerun (lease,
 	// retention). Defaults to key's defaults.
 	Key *key.Config
+	// AllowHosts, when set, restricts the hosts callbacks may be sent to
+	// (exact names, or "*.example.com" for any subdomain): for a service
+	// whose applications are untrusted tenants, who could otherwise point
+	// their callbacks at its neighbours. A callback to another host is not
+	// sent (it is retried, in case the list changes, until its budget is
+	// spent). Defaults to none: any host, loopback and private addresses
+	// included (self-hosted services call their neighbours).
+	AllowHosts []string
 	// OutboxHooks are the callbacks relay's (outbox.Config.Hooks).
 	OutboxHooks outbox.Hooks
 	// OnEventTx, when set, is also called for every event, in its

@@ -41,6 +41,7 @@ type serveFlags struct {
 	keyLease        time.Duration
 	maxAttempts     int
 	demo            bool
+	allowHosts      []string
 	admin           string
 	shutdownTimeout time.Duration
 	migrate         bool
@@ -86,6 +87,7 @@ listening on http://ADDR" on stdout. Every flag has an environment variable:
 	fl.DurationVar(&f.keyLease, "key-lease", key.DefaultLease, "how long a task creation's request key is held when its process dies before answering (its retries get 409 until then)")
 	fl.IntVar(&f.maxAttempts, "max-attempts", execution.DefaultMaxAttempts, "claims a step gets before a retryable failure fails it for good")
 	fl.BoolVar(&f.demo, "demo", false, "create a demo application and worker token, run an in-process worker for the type \"demo\", and print curl lines")
+	fl.StringSliceVar(&f.allowHosts, "allow-hosts", nil, "hosts callbacks may go to (exact, or *.example.com), for untrusted tenants (default: any, private addresses included)")
 	fl.StringVar(&f.admin, "admin", "", "address of a separate listener serving /metrics, /healthz and /readyz (default: none)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	fl.BoolVar(&f.migrate, "migrate", false, "apply the store's pending migrations before starting")
@@ -168,7 +170,7 @@ func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types 
 	if err != nil {
 		return err
 	}
-	srv, err := serve.New(s, &serve.Config{Types: types, Logger: logger, OutboxHooks: outboxHooks,
+	srv, err := serve.New(s, &serve.Config{Types: types, Logger: logger, OutboxHooks: outboxHooks, AllowHosts: f.allowHosts,
 		Key: &key.Config{Lease: f.keyLease, Logger: logger}})
 	if err != nil {
 		return usageError{err}
