@@ -519,3 +519,31 @@ func TestCancelWithNoWorker(t *testing.T) {
 		t.Fatalf("events %v", evs)
 	}
 }
+
+// overdueFails is the memory store whose overdue query fails.
+type overdueFails struct{ *memstore.Executions }
+
+func (overdueFails) OverdueExecutions(context.Context, time.Time, int) ([]store.Execution, error) {
+	return nil, errors.New("overdue query failed")
+}
+
+// A failing deadline pass does not hold up the lost leases: Expire
+// settles them and reports the failure.
+func TestExpireSettlesLeasesWhenTimeoutsFail(t *testing.T) {
+	h := newHarness(t, nil)
+	en, err := execution.New[*memstore.Tx](overdueFails{h.s}, &execution.Config{
+		Types: map[string]execution.TypeConfig{"export": {Lease: 10 * time.Second}}, Now: h.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, e := h.create("export")
+	h.claim("w1", "export")
+	h.clock.Advance(11 * time.Second)
+	n, err := en.Expire(context.Background(), 10)
+	if n != 1 || err == nil {
+		t.Fatalf("Expire: %d settled, %v; want the lost lease settled and the failure reported", n, err)
+	}
+	if got, _ := h.s.GetExecution(context.Background(), "app", e.ID); got.Status != store.ExecutionQueued {
+		t.Fatalf("execution %v, want QUEUED again", got.Status)
+	}
+}

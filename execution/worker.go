@@ -194,11 +194,7 @@ func (en *Engine[TX]) CompleteTx(ctx context.Context, tx TX, app, stepID string,
 	if err != nil {
 		return store.Execution{}, err
 	}
-	out := []byte(output)
-	if len(out) == 0 {
-		out = nil
-	}
-	return en.transition(ctx, tx, task, e, ActionSucceed, store.Transition{Output: out, Progress: 100})
+	return en.succeed(ctx, tx, task, e, output)
 }
 
 // FailTx fails the worker's claim with errText. A retryable failure with
@@ -229,6 +225,15 @@ func (en *Engine[TX]) FailTx(ctx context.Context, tx TX, app, stepID string, epo
 		return store.Execution{}, err
 	}
 	return en.transition(ctx, tx, task, e, ActionFail, store.Transition{Error: errText})
+}
+
+// succeed ends e as SUCCEEDED with its step's output (none when empty).
+func (en *Engine[TX]) succeed(ctx context.Context, tx TX, task store.Task, e store.Execution, output json.RawMessage) (store.Execution, error) {
+	var out []byte
+	if len(output) > 0 {
+		out = output
+	}
+	return en.transition(ctx, tx, task, e, ActionSucceed, store.Transition{Output: out, Progress: 100})
 }
 
 func (en *Engine[TX]) backoff(tc TypeConfig, attempts int) time.Duration {
@@ -294,15 +299,14 @@ func (en *Engine[TX]) CancelTx(ctx context.Context, tx TX, app, executionID stri
 // repeatable one goes back to DISPATCHED (its execution QUEUED), so that
 // the next claim runs it with a higher epoch. Call it every second or so.
 func (en *Engine[TX]) Expire(ctx context.Context, limit int) (int, error) {
-	n, err := en.timeOut(ctx, limit)
-	if err != nil {
-		return n, err
-	}
+	// An execution that cannot be timed out must not hold up the lost
+	// leases: both passes run, and their errors are joined.
+	n, terr := en.timeOut(ctx, limit)
+	errs := []error{terr}
 	steps, err := en.s.ExpiredSteps(ctx, en.cfg.Now(), limit)
 	if err != nil {
-		return n, err
+		return n, errors.Join(terr, err)
 	}
-	var errs []error
 	for _, st := range steps {
 		err := en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
 			cur, err := en.s.GetStepTx(ctx, tx, st.App, st.ID)
@@ -379,11 +383,7 @@ func (en *Engine[TX]) ResolveTx(ctx context.Context, tx TX, app, stepID string, 
 		if st, err = en.updateStep(ctx, tx, st, StepActionResolveDone, store.StepUpdate{Output: output}); err != nil {
 			return store.Step{}, err
 		}
-		out := []byte(output)
-		if len(out) == 0 {
-			out = nil
-		}
-		_, err = en.transition(ctx, tx, task, e, ActionSucceed, store.Transition{Output: out, Progress: 100})
+		_, err = en.succeed(ctx, tx, task, e, output)
 	default:
 		return store.Step{}, fmt.Errorf("%w: verdict %d", ErrBadInput, v)
 	}
