@@ -329,13 +329,7 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 	_ = srv.Shutdown(fctx)
 	fcancel()
 	srv.Close()
-	if adminSrv != nil {
-		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := adminSrv.Shutdown(actx); err != nil {
-			adminSrv.Close()
-		}
-		acancel()
-	}
+	stopAdmin(adminSrv)
 	stopSweep()
 	wg.Wait()
 	if runErr == nil {
@@ -348,6 +342,19 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 // store answers, and the proxy is not shutting down).
 func adminMux(p *proxy.Proxy, reg *prometheus.Registry, shuttingDown *atomic.Bool) http.Handler {
 	return adminHandler(reg, shuttingDown, p.Ready)
+}
+
+// stopAdmin shuts the admin listener's server down (nil: none), closing
+// it after 5 s.
+func stopAdmin(srv *http.Server) {
+	if srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		srv.Close()
+	}
 }
 
 // adminHandler serves /metrics from reg, /healthz (the process is up) and

@@ -250,13 +250,7 @@ func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types 
 		logger.Warn("in-flight requests did not finish in time", "err", err)
 		hs.Close()
 	}
-	if adminSrv != nil {
-		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := adminSrv.Shutdown(actx); err != nil {
-			adminSrv.Close()
-		}
-		acancel()
-	}
+	stopAdmin(adminSrv)
 	stopBG()
 	wg.Wait()
 	if runErr == nil {
@@ -331,7 +325,6 @@ func newAppCmd() *cobra.Command {
 		Short: "Create, list, rotate and disable the applications of idem serve",
 	}
 	cmd.PersistentFlags().StringVar(&storeURL, "store", "sqlite:idem.db", "the service's store: sqlite:PATH or postgres://...")
-	withApps := func(ctx context.Context, fn func(s store.AppStore) error) error { return withApps(ctx, storeURL, fn) }
 	var callback, scheme string
 	create := &cobra.Command{
 		Use:   "create NAME --callback URL",
@@ -349,7 +342,7 @@ func newAppCmd() *cobra.Command {
 				return usagef("--callback %q: an http:// or https:// URL", callback)
 			}
 			token, secret := rand.Text(), rand.Text()
-			return withApps(cmd.Context(), func(s store.AppStore) error {
+			return withApps(cmd.Context(), storeURL, func(s store.AppStore) error {
 				err := s.CreateApp(cmd.Context(), store.App{Name: name, TokenHashes: [][]byte{serve.HashToken(token)}, CallbackURL: callback,
 					Scheme: scheme, Secrets: []string{secret}, CreatedAt: time.Now()})
 				if errors.Is(err, store.ErrDuplicate) {
@@ -369,7 +362,7 @@ func newAppCmd() *cobra.Command {
 		Short: "List the applications (never their tokens or secrets), as JSON lines",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withApps(cmd.Context(), func(s store.AppStore) error {
+			return withApps(cmd.Context(), storeURL, func(s store.AppStore) error {
 				apps, err := s.ListApps(cmd.Context())
 				if err != nil {
 					return err
@@ -391,7 +384,7 @@ func newAppCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token := rand.Text()
-			return withApps(cmd.Context(), func(s store.AppStore) error {
+			return withApps(cmd.Context(), storeURL, func(s store.AppStore) error {
 				a, err := s.GetApp(cmd.Context(), args[0])
 				if err != nil {
 					return err
@@ -413,7 +406,7 @@ func newAppCmd() *cobra.Command {
 		Short: "Disable an application: its tokens answer 403 application-disabled",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withApps(cmd.Context(), func(s store.AppStore) error {
+			return withApps(cmd.Context(), storeURL, func(s store.AppStore) error {
 				a, err := s.GetApp(cmd.Context(), args[0])
 				if err != nil {
 					return err
