@@ -105,9 +105,19 @@ type answer struct {
 
 func (e *env) call(token, method, path, idemKey, body string) answer {
 	e.t.Helper()
-	req, err := http.NewRequest(method, e.url+path, strings.NewReader(body))
+	a, err := e.try(token, method, path, idemKey, body)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	return a
+}
+
+// try is call for goroutines other than the test's, which may not stop
+// it: it returns the error instead.
+func (e *env) try(token, method, path, idemKey, body string) (answer, error) {
+	req, err := http.NewRequest(method, e.url+path, strings.NewReader(body))
+	if err != nil {
+		return answer{}, err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -120,13 +130,13 @@ func (e *env) call(token, method, path, idemKey, body string) answer {
 	// stalling it.
 	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		e.t.Fatal(err)
+		return answer{}, err
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	a := answer{status: res.StatusCode, header: res.Header, raw: string(b)}
 	_ = json.Unmarshal(b, &a.body)
-	return a
+	return a, nil
 }
 
 func (a answer) str(path ...string) string {
@@ -264,9 +274,9 @@ func exercise[TX any](t *testing.T, open func(*testing.T) serve.Store[TX]) {
 		}
 		// The run happens while the stream is open; the stream ends once
 		// the execution has finished and its last event was sent.
-		go func() {
-			step := e.call("tok-worker", "POST", "/v1/worker/claim", "", `{"types":["export"]}`).str("step", "id")
-			e.call("tok-worker", "POST", "/v1/worker/steps/"+step+"/complete", "", `{"epoch":1}`)
+		go func() { // a failure here leaves the stream short: reported below
+			claim, _ := e.try("tok-worker", "POST", "/v1/worker/claim", "", `{"types":["export"]}`)
+			_, _ = e.try("tok-worker", "POST", "/v1/worker/steps/"+claim.str("step", "id")+"/complete", "", `{"epoch":1}`)
 		}()
 		b, err := io.ReadAll(res.Body)
 		if err != nil {
@@ -315,7 +325,10 @@ func exercise[TX any](t *testing.T, open func(*testing.T) serve.Store[TX]) {
 		for i := range n {
 			wg.Go(func() {
 				for range 200 {
-					a := e.call("tok-orders", "POST", "/v1/tasks", "same", `{"type":"export","input":{"order":"o-9"}}`)
+					a, err := e.try("tok-orders", "POST", "/v1/tasks", "same", `{"type":"export","input":{"order":"o-9"}}`)
+					if err != nil {
+						return // ids[i] stays empty: reported below
+					}
 					if a.status == 409 {
 						time.Sleep(10 * time.Millisecond)
 						continue
@@ -389,7 +402,8 @@ func TestSmallPool(t *testing.T) {
 	codes := make([]int, 8)
 	for i := range codes {
 		wg.Go(func() {
-			codes[i] = e.call("tok", "POST", "/v1/tasks", fmt.Sprintf("k-%d", i), `{"type":"export","input":{}}`).status
+			a, _ := e.try("tok", "POST", "/v1/tasks", fmt.Sprintf("k-%d", i), `{"type":"export","input":{}}`)
+			codes[i] = a.status // 0 when the call failed
 		})
 	}
 	wg.Wait()
