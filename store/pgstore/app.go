@@ -120,44 +120,45 @@ func readApps(ctx context.Context, q interface {
 
 // GetApp implements store.AppStore.
 func (s *Store) GetApp(ctx context.Context, name string) (store.App, error) {
-	if !storable(name) {
-		return store.App{}, appError("get app", name, store.ErrNotFound)
-	}
-	apps, err := s.readApps(ctx, "WHERE a.name = $1", name)
-	if err == nil && len(apps) == 0 {
-		err = store.ErrNotFound
-	}
-	if err != nil {
-		return store.App{}, appError("get app", name, err)
-	}
-	return apps[0], nil
+	return getApp(ctx, s.pool, name)
 }
 
 // GetAppTx implements store.AppTxStore.
 func (s *Store) GetAppTx(ctx context.Context, tx pgx.Tx, name string) (store.App, error) {
+	return getApp(ctx, tx, name)
+}
+
+func getApp(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, name string) (store.App, error) {
 	if !storable(name) {
 		return store.App{}, appError("get app", name, store.ErrNotFound)
 	}
-	apps, err := readApps(ctx, tx, "WHERE a.name = $1", name)
+	a, err := oneApp(readApps(ctx, q, "WHERE a.name = $1", name))
+	if err != nil {
+		return store.App{}, appError("get app", name, err)
+	}
+	return a, nil
+}
+
+// oneApp is the application a read found, or store.ErrNotFound.
+func oneApp(apps []store.App, err error) (store.App, error) {
 	if err == nil && len(apps) == 0 {
 		err = store.ErrNotFound
 	}
 	if err != nil {
-		return store.App{}, appError("get app", name, err)
+		return store.App{}, err
 	}
 	return apps[0], nil
 }
 
 // AppByToken implements store.AppStore.
 func (s *Store) AppByToken(ctx context.Context, hash []byte) (store.App, error) {
-	apps, err := s.readApps(ctx, "WHERE a.name = (SELECT app FROM idem_app_tokens WHERE hash = $1)", hash)
-	if err == nil && len(apps) == 0 {
-		err = store.ErrNotFound
-	}
+	a, err := oneApp(s.readApps(ctx, "WHERE a.name = (SELECT app FROM idem_app_tokens WHERE hash = $1)", hash))
 	if err != nil {
 		return store.App{}, fmt.Errorf("idem/pgstore: app by token: %w", err)
 	}
-	return apps[0], nil
+	return a, nil
 }
 
 // ListApps implements store.AppStore.

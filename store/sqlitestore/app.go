@@ -145,14 +145,11 @@ func readApps(ctx context.Context, q interface {
 
 // GetApp implements store.AppStore.
 func (s *Store) GetApp(ctx context.Context, name string) (store.App, error) {
-	apps, err := s.readApps(ctx, "WHERE name = :name", sql.Named("name", name))
-	if err == nil && len(apps) == 0 {
-		err = store.ErrNotFound
-	}
+	a, err := oneApp(s.readApps(ctx, "WHERE name = :name", sql.Named("name", name)))
 	if err != nil {
 		return store.App{}, appError("get app", name, err)
 	}
-	return apps[0], nil
+	return a, nil
 }
 
 // GetAppTx implements store.AppTxStore.
@@ -160,26 +157,31 @@ func (s *Store) GetAppTx(ctx context.Context, tx *sql.Tx, name string) (store.Ap
 	if tx == nil {
 		return store.App{}, appError("get app", name, errors.New("tx is nil"))
 	}
-	apps, err := readApps(ctx, tx, "WHERE name = :name", sql.Named("name", name))
+	a, err := oneApp(readApps(ctx, tx, "WHERE name = :name", sql.Named("name", name)))
+	if err != nil {
+		return store.App{}, appError("get app", name, err)
+	}
+	return a, nil
+}
+
+// oneApp is the application a read found, or store.ErrNotFound.
+func oneApp(apps []store.App, err error) (store.App, error) {
 	if err == nil && len(apps) == 0 {
 		err = store.ErrNotFound
 	}
 	if err != nil {
-		return store.App{}, appError("get app", name, err)
+		return store.App{}, err
 	}
 	return apps[0], nil
 }
 
 // AppByToken implements store.AppStore.
 func (s *Store) AppByToken(ctx context.Context, hash []byte) (store.App, error) {
-	apps, err := s.readApps(ctx, "WHERE name = (SELECT app FROM idem_app_tokens WHERE hash = :hash)", sql.Named("hash", hash))
-	if err == nil && len(apps) == 0 {
-		err = store.ErrNotFound
-	}
+	a, err := oneApp(s.readApps(ctx, "WHERE name = (SELECT app FROM idem_app_tokens WHERE hash = :hash)", sql.Named("hash", hash)))
 	if err != nil {
 		return store.App{}, fmt.Errorf("sqlitestore: app by token: %w", err)
 	}
-	return apps[0], nil
+	return a, nil
 }
 
 // ListApps implements store.AppStore.
