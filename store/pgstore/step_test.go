@@ -1,0 +1,94 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/store"
+)
+
+// A claim walks its indexes and stops at the first row it can lock, on a
+// young table whose statistics still say it is empty (as every new
+// deployment's is, and as the engine's benchmark found): with 1,000 steps
+// claimed and completed and 1,000 waiting, in the custom and the generic
+// plan alike, it scans no table and reads a few dozen buffers. A claim
+// that joined its candidates to the table let the planner rescan them per
+// row (4,000 buffers here, and a claim's cost growing with every step run).
+func TestClaimStepPlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, b := setup(t)
+	now := b.clock.Now()
+	for i := range 2000 {
+		err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return s.AddStepTx(ctx, tx, store.Step{App: "app", ID: fmt.Sprintf("s%05d", i), ExecutionID: fmt.Sprintf("e%05d", i),
+				Name: "export", Type: "export", Status: store.StepDispatched, DueAt: now.Add(time.Duration(i) * time.Millisecond),
+				IdempotencyKey: fmt.Sprintf("k%d", i), CreatedAt: now})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.clock.Advance(time.Hour)
+	now = b.clock.Now()
+	for i := range 1000 {
+		err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			st, ok, err := s.ClaimStepTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: "w", Now: now, Lease: time.Minute})
+			if err != nil || !ok {
+				return fmt.Errorf("claim %d: %v %w", i, ok, err)
+			}
+			if want := fmt.Sprintf("s%05d", i); st.ID != want {
+				return fmt.Errorf("claimed %s, want %s (the oldest)", st.ID, want)
+			}
+			_, applied, err := s.UpdateStepTx(ctx, tx, store.StepUpdate{App: st.App, ID: st.ID, From: store.StepExecuting, Epoch: st.Epoch,
+				Owner: st.Owner, Status: store.StepCompleted, ClearClaim: true, Output: []byte(`{}`)})
+			if err == nil && !applied {
+				err = errors.New("completion not applied")
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []any{"'{export}'::text[]", now, "'w2'", now.Add(time.Minute)}
+	for _, generic := range []bool{false, true} {
+		plan := explain(t, b.pool, generic, readSQL(t, "step_claim.sql"), args...)
+		if strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Bitmap") || strings.Contains(plan, "Hash") {
+			t.Errorf("generic %v: a scan of the table:\n%s", generic, plan)
+		}
+		for _, w := range []string{"Index Scan using idem_steps_dispatched", "Index Scan using idem_steps_executing", "Index Scan using idem_steps_pkey"} {
+			if !strings.Contains(plan, w) {
+				t.Errorf("generic %v: no %q in the plan:\n%s", generic, w, plan)
+			}
+		}
+	}
+	var hit float64
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var out []struct {
+			Plan struct {
+				Hit  float64 `json:"Shared Hit Blocks"`
+				Read float64 `json:"Shared Read Blocks"`
+			}
+		}
+		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+readSQL(t, "step_claim.sql"),
+			[]string{"export"}, now, "w2", now.Add(time.Minute)).Scan(&out); err != nil {
+			return err
+		}
+		hit = out[0].Plan.Hit + out[0].Plan.Read
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatal(err)
+	}
+	if hit == 0 || hit > 100 {
+		t.Errorf("a claim read %v buffers, want a few dozen", hit)
+	}
+	t.Logf("a claim among 2,000 steps read %v buffers", hit)
+}
