@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -55,10 +57,28 @@ type WorkerConfig struct {
 	// Heartbeat is how often a running step's lease is extended. Defaults
 	// to a third of the type's lease.
 	Heartbeat time.Duration
+	// Concurrency is how many steps Run runs at once. Defaults to 1.
+	Concurrency int
+	// MaxBatch bounds the steps one transaction claims or settles.
+	// Defaults to 64.
+	MaxBatch int
 }
 
+// Default of WorkerConfig.MaxBatch.
+const DefaultMaxBatch = 64
+
 // Worker runs the steps of the task types it has handlers for, in
-// process, one at a time (run several for more).
+// process, Concurrency at a time.
+//
+// Run claims as many steps as it has room for in one transaction, and the
+// steps that end while a settling transaction commits share the next one
+// (group commit: no wait is added, a lone step commits alone), so a busy
+// worker pays one commit for many steps. Each step keeps its own outcome:
+// a batch that fails (one step fenced, or its Writes failing) is rolled
+// back whole and each of its steps settled again in a transaction of its
+// own, so one step's failure never fails or leaks into another's. A
+// step's Writes may thus run more than once; only the run whose
+// transaction commits has effects.
 type Worker[TX any] struct {
 	en       *Engine[TX]
 	handlers map[string]Handler[TX]
@@ -76,11 +96,17 @@ func (en *Engine[TX]) NewWorker(handlers map[string]Handler[TX], cfg *WorkerConf
 	if cfg != nil {
 		w.cfg = *cfg
 	}
-	if w.cfg.Poll < 0 || w.cfg.Heartbeat < 0 {
-		return nil, fmt.Errorf("%w: negative Poll or Heartbeat", ErrBadConfig)
+	if w.cfg.Poll < 0 || w.cfg.Heartbeat < 0 || w.cfg.Concurrency < 0 || w.cfg.MaxBatch < 0 {
+		return nil, fmt.Errorf("%w: negative Poll, Heartbeat, Concurrency or MaxBatch", ErrBadConfig)
 	}
 	if w.cfg.Poll == 0 {
 		w.cfg.Poll = 200 * time.Millisecond
+	}
+	if w.cfg.Concurrency == 0 {
+		w.cfg.Concurrency = 1
+	}
+	if w.cfg.MaxBatch == 0 {
+		w.cfg.MaxBatch = DefaultMaxBatch
 	}
 	for t := range handlers {
 		if _, ok := en.cfg.Types[t]; !ok {
@@ -88,20 +114,67 @@ func (en *Engine[TX]) NewWorker(handlers map[string]Handler[TX], cfg *WorkerConf
 		}
 		w.types = append(w.types, t)
 	}
+	slices.Sort(w.types)
 	return w, nil
 }
 
-// Run claims and runs steps until ctx ends.
+// ended is a step whose handler returned.
+type ended[TX any] struct {
+	c   Claimed
+	res Result[TX]
+	err error
+}
+
+// Run claims and runs steps until ctx ends, then waits for the steps it
+// runs to end and settles them (a handler sees ctx's end through its own
+// context).
 func (w *Worker[TX]) Run(ctx context.Context) error {
+	n := w.cfg.Concurrency
+	slots := make(chan struct{}, n) // one per step running or settling
+	done := make(chan ended[TX], n)
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		w.settleLoop(context.WithoutCancel(ctx), done, slots)
+	}()
+	var running sync.WaitGroup
+	defer func() {
+		running.Wait()
+		close(done)
+		<-settled
+	}()
 	for {
-		ran, err := w.RunOnce(ctx)
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
+		case slots <- struct{}{}:
 		}
-		if err != nil {
-			w.en.cfg.Logger.WarnContext(ctx, "execution: worker step failed", "error", err)
+		room := 1
+	more:
+		for room < min(n, w.cfg.MaxBatch) {
+			select {
+			case slots <- struct{}{}:
+				room++
+			default:
+				break more
+			}
 		}
-		if !ran {
+		claimed, err := w.claim(ctx, room)
+		for range room - len(claimed) {
+			<-slots
+		}
+		for _, c := range claimed {
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				res, err := w.run(ctx, c)
+				done <- ended[TX]{c, res, err}
+			}()
+		}
+		if err != nil && ctx.Err() == nil {
+			w.en.cfg.Logger.WarnContext(ctx, "execution: worker claim failed", "error", err)
+		}
+		if len(claimed) == 0 {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -111,37 +184,104 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 	}
 }
 
+// claim claims up to n steps in one transaction, each under its own owner
+// token.
+func (w *Worker[TX]) claim(ctx context.Context, n int) ([]Claimed, error) {
+	var out []Claimed
+	err := w.en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
+		out = out[:0]
+		for range n {
+			c, ok, err := w.en.ClaimTx(ctx, tx, w.types, rand.Text(), 0)
+			if err != nil || !ok {
+				return err
+			}
+			out = append(out, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// settleLoop settles the steps that end, those that ended while a batch
+// committed together, and frees their slots once they are settled.
+func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], slots <-chan struct{}) {
+	for first := range done {
+		batch := []ended[TX]{first}
+	more:
+		for len(batch) < w.cfg.MaxBatch {
+			select {
+			case e, ok := <-done:
+				if !ok {
+					break more
+				}
+				batch = append(batch, e)
+			default:
+				break more
+			}
+		}
+		for i, err := range w.settle(ctx, batch) {
+			if err != nil {
+				w.en.cfg.Logger.WarnContext(ctx, "execution: worker step failed", "step", batch[i].c.Step.ID, "error", err)
+			}
+		}
+		for range batch {
+			<-slots
+		}
+	}
+}
+
+// settle records the outcomes of batch in one transaction or, when that
+// fails, each in its own, and returns each step's error.
+func (w *Worker[TX]) settle(ctx context.Context, batch []ended[TX]) []error {
+	errs := make([]error, len(batch))
+	if len(batch) > 1 {
+		err := w.en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			for _, e := range batch {
+				if err := w.settleTx(ctx, tx, e); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			return errs
+		}
+	}
+	for i, e := range batch {
+		errs[i] = w.en.s.InTx(ctx, func(ctx context.Context, tx TX) error { return w.settleTx(ctx, tx, e) })
+	}
+	return errs
+}
+
+// settleTx records, in tx, how e's step ended: completed with its Writes,
+// or failed (retried when its error is not Permanent).
+func (w *Worker[TX]) settleTx(ctx context.Context, tx TX, e ended[TX]) error {
+	st := e.c.Step
+	if e.err != nil {
+		_, err := w.en.FailTx(ctx, tx, st.App, st.ID, st.Epoch, e.err.Error(), !errors.As(e.err, new(permanent)))
+		return err
+	}
+	if e.res.Writes != nil {
+		if err := e.res.Writes(ctx, tx); err != nil {
+			return err
+		}
+	}
+	_, err := w.en.CompleteTx(ctx, tx, st.App, st.ID, st.Epoch, e.res.Output)
+	return err
+}
+
 // RunOnce claims one step and runs it to its end (completed, failed,
 // retried later, or fenced). ran=false when no step was claimable.
 func (w *Worker[TX]) RunOnce(ctx context.Context) (ran bool, err error) {
-	var c Claimed
-	var ok bool
-	owner := rand.Text()
-	if err := w.en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
-		var err error
-		c, ok, err = w.en.ClaimTx(ctx, tx, w.types, owner, 0)
-		return err
-	}); err != nil || !ok {
+	claimed, err := w.claim(ctx, 1)
+	if err != nil || len(claimed) == 0 {
 		return false, err
 	}
-	res, herr := w.run(ctx, c)
-	st := c.Step
-	if herr != nil {
-		retryable := !errors.As(herr, new(permanent))
-		return true, w.en.s.InTx(context.WithoutCancel(ctx), func(ctx context.Context, tx TX) error {
-			_, err := w.en.FailTx(ctx, tx, st.App, st.ID, st.Epoch, herr.Error(), retryable)
-			return err
-		})
-	}
-	return true, w.en.s.InTx(context.WithoutCancel(ctx), func(ctx context.Context, tx TX) error {
-		if res.Writes != nil {
-			if err := res.Writes(ctx, tx); err != nil {
-				return err
-			}
-		}
-		_, err := w.en.CompleteTx(ctx, tx, st.App, st.ID, st.Epoch, res.Output)
-		return err
-	})
+	res, herr := w.run(ctx, claimed[0])
+	return true, w.settle(context.WithoutCancel(ctx), []ended[TX]{{claimed[0], res, herr}})[0]
 }
 
 // run calls the step's handler while a heartbeat extends its lease; a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,5 +125,140 @@ func TestHandlerLosesItsClaim(t *testing.T) {
 	}
 	if len(l.rows) != 0 {
 		t.Fatalf("the stale handler's writes landed: %v", l.rows)
+	}
+}
+
+// Run runs Concurrency steps at once (each handler waits here until all
+// four run), and each completion commits its writes once.
+func TestWorkerRunsConcurrently(t *testing.T) {
+	h := newHarness(t, nil)
+	var ids []string
+	for range 4 {
+		_, e := h.create("export")
+		ids = append(ids, e.ID)
+	}
+	var l ledger
+	var arrived sync.WaitGroup
+	arrived.Add(4)
+	all := make(chan struct{})
+	go func() { arrived.Wait(); close(all) }()
+	w, err := h.en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
+		"export": func(ctx context.Context, job execution.Job) (execution.Result[*memstore.Tx], error) {
+			arrived.Done()
+			select {
+			case <-all:
+			case <-time.After(10 * time.Second):
+				return execution.Result[*memstore.Tx]{}, execution.Permanent(errors.New("the other handlers never ran alongside"))
+			}
+			return execution.Result[*memstore.Tx]{
+				Writes: func(ctx context.Context, tx *memstore.Tx) error { l.add(tx, job.Step.IdempotencyKey); return nil },
+			}, nil
+		},
+	}, &execution.WorkerConfig{Concurrency: 4, Poll: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := make(chan error, 1)
+	go func() { run <- w.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, id := range ids {
+		for {
+			e, err := h.s.GetExecution(context.Background(), "app", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Status == store.ExecutionSucceeded {
+				break
+			}
+			if e.Status == store.ExecutionFailed || time.Now().After(deadline) {
+				t.Fatalf("execution %s is %v: %s", id, e.Status, e.Error)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cancel()
+	if err := <-run; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	if slices.Sort(l.rows); len(slices.Compact(l.rows)) != 4 || len(l.rows) != 4 {
+		t.Fatalf("ledger %v, want one row per step", l.rows)
+	}
+}
+
+// Steps that end together settle in one transaction; when one of them
+// fails there (its claim was taken over, its writes fail), the batch is
+// rolled back and each step settled alone: the others complete with their
+// writes once, and the failed ones change nothing.
+func TestWorkerBatchFailsAlone(t *testing.T) {
+	h := newHarness(t, nil)
+	var ids []string
+	for range 4 {
+		_, e := h.create("export")
+		ids = append(ids, e.ID)
+	}
+	stale, _ := h.claim("w", "export")
+	h.clock.Advance(11 * time.Second)
+	if n, err := h.en.Expire(context.Background(), 10); n != 1 || err != nil {
+		t.Fatalf("Expire: %d %v", n, err)
+	}
+	if c, ok := h.claim("other", "export"); !ok || c.Step.ID != stale.Step.ID || c.Step.Epoch != 2 {
+		t.Fatalf("takeover: %+v %v", c, ok)
+	}
+	claimed := []execution.Claimed{stale}
+	for range 3 {
+		c, ok := h.claim("w", "export")
+		if !ok {
+			t.Fatal("no step to claim")
+		}
+		claimed = append(claimed, c)
+	}
+	var l ledger
+	write := func(row string) func(ctx context.Context, tx *memstore.Tx) error {
+		return func(ctx context.Context, tx *memstore.Tx) error { l.add(tx, row); return nil }
+	}
+	errWrites := errors.New("the ledger refused")
+	w, err := h.en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
+		"export": func(context.Context, execution.Job) (execution.Result[*memstore.Tx], error) {
+			return execution.Result[*memstore.Tx]{}, nil
+		},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := w.Settle(context.Background(), claimed, []execution.Result[*memstore.Tx]{
+		{Writes: write("stale")},
+		{Output: json.RawMessage(`{"n":1}`), Writes: write("good")},
+		{Writes: func(ctx context.Context, tx *memstore.Tx) error { l.add(tx, "half"); return errWrites }},
+		{},
+	}, []error{nil, nil, nil, errors.New("try again")})
+	if !errors.Is(errs[0], execution.ErrFenced) || errs[1] != nil || !errors.Is(errs[2], errWrites) || errs[3] != nil {
+		t.Fatalf("errors %v", errs)
+	}
+	if len(l.rows) != 1 || l.rows[0] != "good" {
+		t.Fatalf("ledger %v, want [good]", l.rows)
+	}
+	for i, want := range []store.ExecutionStatus{store.ExecutionRunning, store.ExecutionSucceeded, store.ExecutionRunning, store.ExecutionQueued} {
+		e, err := h.s.GetExecution(context.Background(), "app", claimed[i].Execution.ID)
+		if err != nil || e.Status != want {
+			t.Fatalf("execution %d: %v %v, want %v", i, e.Status, err, want)
+		}
+	}
+	st, err := h.s.GetStep(context.Background(), "app", claimed[0].Step.ID)
+	if err != nil || st.Owner != "other" || st.Epoch != 2 || st.Status != store.StepExecuting {
+		t.Fatalf("the taken-over step: %+v %v", st, err)
+	}
+	// Each execution's events once, gap-free, as OnEventTx saw them commit.
+	for _, id := range ids {
+		h.events(id)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[string]bool{}
+	for _, line := range h.sent {
+		if seen[line] {
+			t.Fatalf("event %q reported twice", line)
+		}
+		seen[line] = true
 	}
 }

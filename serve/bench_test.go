@@ -86,6 +86,39 @@ func BenchmarkExecutions(b *testing.B) {
 				}
 			})
 		})
+		b.Run("Worker", func(b *testing.B) {
+			// As River's Work below: b.N steps queued, then the in-process
+			// worker (8 at once, batched claims and group-committed
+			// completions) runs them all.
+			for range b.N {
+				if err := create(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var done sync.WaitGroup
+			done.Add(b.N)
+			w, err := en.NewWorker(map[string]execution.Handler[pgx.Tx]{
+				"export": func(context.Context, execution.Job) (execution.Result[pgx.Tx], error) {
+					done.Done()
+					return execution.Result[pgx.Tx]{Output: json.RawMessage(`{"ok":true}`)}, nil
+				},
+			}, &execution.WorkerConfig{Concurrency: 8, Poll: time.Millisecond})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(ctx)
+			b.ResetTimer()
+			run := make(chan error, 1)
+			go func() { run <- w.Run(ctx) }()
+			done.Wait()
+			cancel()
+			<-run
+			b.StopTimer()
+			var left int
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM idem_steps WHERE status <> 4`).Scan(&left); err != nil || left != 0 {
+				b.Fatalf("%d steps not completed (%v)", left, err)
+			}
+		})
 	})
 	b.Run("SkipLockedTable", func(b *testing.B) {
 		pool := testdb.Postgres(b)

@@ -20,8 +20,6 @@ var (
 	taskInsertSQL string
 	//go:embed sql/task_get.sql
 	taskGetSQL string
-	//go:embed sql/task_status.sql
-	taskStatusSQL string
 	//go:embed sql/task_current.sql
 	taskCurrentSQL string
 	//go:embed sql/task_move.sql
@@ -161,9 +159,10 @@ func scanExecution(row pgx.Row, e *store.Execution) error {
 	return nil
 }
 
-// TransitionTx implements store.ExecutionStore.
+// TransitionTx implements store.ExecutionStore in one statement
+// (sql/execution_transition.sql), and a read when it does not apply.
 func (s *Store) TransitionTx(ctx context.Context, tx pgx.Tx, t store.Transition) (store.Execution, bool, error) {
-	if err := checkText(map[string]string{"app": t.App, "execution id": t.ID, "error": t.Error}); err != nil {
+	if err := checkText(map[string]string{"app": t.App, "execution id": t.ID, "error": t.Error, "event type": t.Event.Type}); err != nil {
 		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
 	}
 	var output any // NULL keeps the stored output
@@ -172,19 +171,13 @@ func (s *Store) TransitionTx(ctx context.Context, tx pgx.Tx, t store.Transition)
 	}
 	e := store.Execution{App: t.App, ID: t.ID}
 	err := scanExecution(tx.QueryRow(ctx, executionTransitionSQL, t.App, t.ID, int16(t.From), int16(t.To),
-		orNull(t.StartedAt), orNull(t.FinishedAt), output, t.Error, t.Progress), &e)
+		orNull(t.StartedAt), orNull(t.FinishedAt), output, t.Error, t.Progress, t.Event.Type, t.Event.Data, t.Event.Time), &e)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Not in t.From, or no such execution: the row says which.
 		err = scanExecution(tx.QueryRow(ctx, executionGetSQL, t.App, t.ID), &e)
 		return e, false, execError("transition", t.App, t.ID, err)
 	}
 	if err != nil {
-		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
-	}
-	if err := insertEvent(ctx, tx, t.App, t.ID, e.LastSequence, t.Event); err != nil {
-		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
-	}
-	if _, err := tx.Exec(ctx, taskStatusSQL, t.App, e.TaskID, t.ID, int16(e.Status)); err != nil {
 		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
 	}
 	return e, true, nil

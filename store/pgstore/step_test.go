@@ -17,7 +17,7 @@ import (
 // young table whose statistics still say it is empty (as every new
 // deployment's is, and as the engine's benchmark found): with 1,000 steps
 // claimed and completed and 1,000 waiting, in the custom and the generic
-// plan alike, it scans no table and reads a few dozen buffers. A claim
+// plan alike, it walks its indexes and reads a few dozen buffers. A claim
 // that joined its candidates to the table let the planner rescan them per
 // row (4,000 buffers here, and a claim's cost growing with every step run).
 func TestClaimStepPlan(t *testing.T) {
@@ -60,10 +60,13 @@ func TestClaimStepPlan(t *testing.T) {
 	args := []any{"'{export}'::text[]", now, "'w2'", now.Add(time.Minute)}
 	for _, generic := range []bool{false, true} {
 		plan := explain(t, b.pool, generic, readSQL(t, "step_claim.sql"), args...)
-		if strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Bitmap") || strings.Contains(plan, "Hash") {
-			t.Errorf("generic %v: a scan of the table:\n%s", generic, plan)
+		if strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Hash") {
+			t.Errorf("generic %v: a scan of the table, or a join for statistics to get wrong:\n%s", generic, plan)
 		}
-		for _, w := range []string{"Index Scan using idem_steps_dispatched", "Index Scan using idem_steps_executing", "Index Scan using idem_steps_pkey"} {
+		// The dispatched walk must be an index scan in order (a bitmap scan
+		// would sort the whole backlog per claim); the expired one may be
+		// either, as the planner weighs the few rows it finds.
+		for _, w := range []string{"Index Scan using idem_steps_dispatched", "idem_steps_executing", "Index Scan using idem_steps_pkey"} {
 			if !strings.Contains(plan, w) {
 				t.Errorf("generic %v: no %q in the plan:\n%s", generic, w, plan)
 			}

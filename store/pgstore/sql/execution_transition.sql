@@ -1,18 +1,33 @@
--- TransitionTx: the conditional update. It applies only while the
--- execution is in the status the change was decided on ($3): a concurrent
--- transition waits for the row lock, then finds the new status and
--- updates nothing. It moves last_seq for the event written next and
--- returns the row as it now is.
+-- TransitionTx, in one statement: the conditional update of the
+-- execution, the event it reports and the task's status.
+--
+-- The update applies only while the execution is in the status the change
+-- was decided on ($3): a concurrent transition waits for the row lock,
+-- then finds the new status and updates nothing, and then nothing else is
+-- written either (no row comes back). It moves last_seq, which numbers the
+-- event. The task's status follows its current execution's, and only
+-- that one's: a late change of an execution a rerun replaced does not
+-- move it.
 -- $1 app, $2 id, $3 from, $4 to, $5 started_at, $6 finished_at (NULL to
 -- keep), $7 output (NULL to keep), $8 error ('' to keep), $9 progress (0
--- to keep).
-UPDATE idem_executions
-SET status      = $4,
-    last_seq    = last_seq + 1,
-    started_at  = coalesce($5, started_at),
-    finished_at = coalesce($6, finished_at),
-    output      = coalesce($7, output),
-    error       = CASE WHEN $8 <> '' THEN $8 ELSE error END,
-    progress    = CASE WHEN $9 <> 0 THEN $9 ELSE progress END
-WHERE app = $1 AND id = $2 AND status = $3
-RETURNING task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress
+-- to keep), $10 event type, $11 event data, $12 event time.
+WITH e AS (
+    UPDATE idem_executions
+    SET status      = $4,
+        last_seq    = last_seq + 1,
+        started_at  = coalesce($5, started_at),
+        finished_at = coalesce($6, finished_at),
+        output      = coalesce($7, output),
+        error       = CASE WHEN $8 <> '' THEN $8 ELSE error END,
+        progress    = CASE WHEN $9 <> 0 THEN $9 ELSE progress END
+    WHERE app = $1 AND id = $2 AND status = $3
+    RETURNING task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress
+), ev AS (
+    INSERT INTO idem_execution_events (app, execution_id, seq, type, data, at)
+    SELECT $1, $2, e.last_seq, $10, $11, $12 FROM e
+), t AS (
+    UPDATE idem_tasks SET status = e.status
+    FROM e
+    WHERE idem_tasks.app = $1 AND idem_tasks.id = e.task_id AND idem_tasks.current_execution = $2
+)
+SELECT task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress FROM e
