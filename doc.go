@@ -60,7 +60,7 @@
 //     intent's data ("= 'charge-' & payload.order.id"), refusing any that
 //     reads the clock or randomness.
 //
-// # Durable executions: idem serve (being built)
+// # Durable executions: idem serve
 //
 // Package execution holds the states of executions and steps and the
 // engine that changes them, each change one transaction with the events

@@ -276,31 +276,18 @@ func startDemo[TX any](ctx context.Context, s serve.Store[TX], srv *serve.Server
 	if err != nil {
 		return fmt.Errorf("demo application: %w", err)
 	}
-	en := srv.Engine()
+	w, err := srv.Engine().NewWorker(map[string]execution.Handler[TX]{
+		"demo": func(ctx context.Context, job execution.Job) (execution.Result[TX], error) {
+			out, err := json.Marshal(map[string]any{"echo": json.RawMessage(job.Task.Input), "by": "the demo worker"})
+			return execution.Result[TX]{Output: out}, err
+		},
+	}, &execution.WorkerConfig{Concurrency: 4})
+	if err != nil {
+		return fmt.Errorf("demo worker: %w", err)
+	}
 	wg.Go(func() {
-		owner := "demo-worker-" + rand.Text()
-		for ctx.Err() == nil {
-			var c execution.Claimed
-			var ok bool
-			err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
-				var err error
-				c, ok, err = en.ClaimTx(ctx, tx, []string{"demo"}, owner, 0)
-				return err
-			})
-			if err != nil || !ok {
-				select {
-				case <-ctx.Done():
-				case <-time.After(200 * time.Millisecond):
-				}
-				continue
-			}
-			out, _ := json.Marshal(map[string]any{"echo": json.RawMessage(c.Task.Input), "by": "the demo worker"})
-			if err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
-				_, err := en.CompleteTx(ctx, tx, c.Step.App, c.Step.ID, c.Step.Epoch, out)
-				return err
-			}); err != nil {
-				logger.Warn("demo worker: complete failed", "error", err)
-			}
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			logger.Error("demo worker stopped", "error", err)
 		}
 	})
 	fmt.Fprintf(stdout, `
@@ -309,7 +296,8 @@ demo application token: %[2]s  (the task type "demo" is run by an in-process wor
   curl -s -X POST %[1]s/v1/tasks -H 'Authorization: Bearer %[2]s' \
        -H 'Idempotency-Key: order-42' -H 'Content-Type: application/json' \
        -d '{"type":"demo","input":{"order":"o-42"}}'
-  # the same again: the same task and execution, with Idempotent-Replayed: true
+  # the same again: the same task and execution, with Idempotent-Replayed: true;
+  # the same key with another input: 422 application/problem+json, idempotency-key-reused
   curl -s %[1]s/v1/executions/EXECUTION_ID -H 'Authorization: Bearer %[2]s'
   curl -s %[1]s/v1/executions/EXECUTION_ID/events -H 'Authorization: Bearer %[2]s'
 `, url, token)
