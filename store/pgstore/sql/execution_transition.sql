@@ -26,8 +26,10 @@ WITH e AS (
     INSERT INTO idem_execution_events (app, execution_id, seq, type, data, at)
     SELECT $1, $2, e.last_seq, $10, $11, $12 FROM e
 ), t AS (
-    UPDATE idem_tasks SET status = e.status
-    FROM e
-    WHERE idem_tasks.app = $1 AND idem_tasks.id = e.task_id AND idem_tasks.current_execution = $2
+    -- Scalar subqueries, not a join with e: a join's plan hangs on the
+    -- statistics, and a young table's stale ones make it a scan of every
+    -- task.
+    UPDATE idem_tasks SET status = (SELECT status FROM e)
+    WHERE app = $1 AND id = (SELECT task_id FROM e) AND current_execution = $2
 )
 SELECT task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress FROM e

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
 )
 
 // A claim walks its indexes and stops at the first row it can lock, on a
@@ -94,4 +95,60 @@ func TestClaimStepPlan(t *testing.T) {
 		t.Errorf("a claim read %v buffers, want a few dozen", hit)
 	}
 	t.Logf("a claim among 2,000 steps read %v buffers", hit)
+}
+
+// A transition (the execution, its event and its task's status in one
+// statement) reads each row by its key, on a young table as on any: in the
+// custom and the generic plan alike, no scan of a table.
+func TestTransitionPlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, b := setup(t)
+	now := b.clock.Now()
+	for i := range 2000 {
+		err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return s.CreateTaskTx(ctx, tx, store.NewTask{
+				Task:        store.Task{App: "app", ID: fmt.Sprintf("t%05d", i), Type: "export", Input: []byte(`{}`), CreatedAt: now},
+				ExecutionID: fmt.Sprintf("e%05d", i), Status: store.ExecutionCreated,
+				Event: store.Event{Type: "idem.execution.created", Data: []byte(`{}`), Time: now},
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []any{"'app'", "'e00042'", 1, 2, "NULL::timestamptz", "NULL::timestamptz", "NULL::bytea", "''", 0,
+		"'idem.execution.queued'", `'\x7b7d'::bytea`, now}
+	for _, generic := range []bool{false, true} {
+		plan := explain(t, b.pool, generic, readSQL(t, "execution_transition.sql"), args...)
+		if strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Hash") {
+			t.Errorf("generic %v: a scan of a table:\n%s", generic, plan)
+		}
+		for _, w := range []string{"idem_executions_pkey", "idem_tasks_pkey"} {
+			if !strings.Contains(plan, w) {
+				t.Errorf("generic %v: no %q in the plan:\n%s", generic, w, plan)
+			}
+		}
+	}
+	e, applied, err := transition(ctx, s, "e00042")
+	if err != nil || !applied || e.Status != store.ExecutionQueued || e.LastSequence != 2 {
+		t.Fatalf("transition: %+v %v %v", e, applied, err)
+	}
+	task, err := s.GetTask(ctx, "app", "t00042")
+	if err != nil || task.Status != store.ExecutionQueued {
+		t.Fatalf("the task follows its execution: %+v %v", task, err)
+	}
+}
+
+// transition moves execution id from CREATED to QUEUED.
+func transition(ctx context.Context, s *pgstore.Store, id string) (store.Execution, bool, error) {
+	var e store.Execution
+	var applied bool
+	err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		e, applied, err = s.TransitionTx(ctx, tx, store.Transition{App: "app", ID: id, From: store.ExecutionCreated, To: store.ExecutionQueued,
+			Event: store.Event{Type: "idem.execution.queued", Data: []byte(`{}`), Time: time.Now()}})
+		return err
+	})
+	return e, applied, err
 }
