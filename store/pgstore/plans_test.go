@@ -26,38 +26,28 @@ func TestClaimStepPlan(t *testing.T) {
 	ctx := context.Background()
 	s, b := setup(t)
 	now := b.clock.Now()
-	for i := range 2000 {
-		err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			return s.AddStepTx(ctx, tx, store.Step{App: "app", ID: fmt.Sprintf("s%05d", i), ExecutionID: fmt.Sprintf("e%05d", i),
-				Name: "export", Type: "export", Status: store.StepDispatched, DueAt: now.Add(time.Duration(i) * time.Millisecond),
-				IdempotencyKey: fmt.Sprintf("k%d", i), CreatedAt: now})
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	eachInTx(t, s, 2000, func(ctx context.Context, tx pgx.Tx, i int) error {
+		return s.AddStepTx(ctx, tx, store.Step{App: "app", ID: fmt.Sprintf("s%05d", i), ExecutionID: fmt.Sprintf("e%05d", i),
+			Name: "export", Type: "export", Status: store.StepDispatched, DueAt: now.Add(time.Duration(i) * time.Millisecond),
+			IdempotencyKey: fmt.Sprintf("k%d", i), CreatedAt: now})
+	})
 	b.clock.Advance(time.Hour)
 	now = b.clock.Now()
-	for i := range 1000 {
-		err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			st, ok, err := s.ClaimStepTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: "w", Now: now, Lease: time.Minute})
-			if err != nil || !ok {
-				return fmt.Errorf("claim %d: %v %w", i, ok, err)
-			}
-			if want := fmt.Sprintf("s%05d", i); st.ID != want {
-				return fmt.Errorf("claimed %s, want %s (the oldest)", st.ID, want)
-			}
-			_, applied, err := s.UpdateStepTx(ctx, tx, store.StepUpdate{App: st.App, ID: st.ID, From: store.StepExecuting, Epoch: st.Epoch,
-				Owner: st.Owner, Status: store.StepCompleted, ClearClaim: true, Output: []byte(`{}`)})
-			if err == nil && !applied {
-				err = errors.New("completion not applied")
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
+	eachInTx(t, s, 1000, func(ctx context.Context, tx pgx.Tx, i int) error {
+		st, ok, err := s.ClaimStepTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: "w", Now: now, Lease: time.Minute})
+		if err != nil || !ok {
+			return fmt.Errorf("claim %d: %v %w", i, ok, err)
 		}
-	}
+		if want := fmt.Sprintf("s%05d", i); st.ID != want {
+			return fmt.Errorf("claimed %s, want %s (the oldest)", st.ID, want)
+		}
+		_, applied, err := s.UpdateStepTx(ctx, tx, store.StepUpdate{App: st.App, ID: st.ID, From: store.StepExecuting, Epoch: st.Epoch,
+			Owner: st.Owner, Status: store.StepCompleted, ClearClaim: true, Output: []byte(`{}`)})
+		if err == nil && !applied {
+			err = errors.New("completion not applied")
+		}
+		return err
+	})
 	args := []any{"'{export}'::text[]", now, "'w2'", now.Add(time.Minute)}
 	for _, generic := range []bool{false, true} {
 		plan := explain(t, b.pool, generic, readSQL(t, "step_claim.sql"), args...)
@@ -105,18 +95,13 @@ func TestTransitionPlan(t *testing.T) {
 	ctx := context.Background()
 	s, b := setup(t)
 	now := b.clock.Now()
-	for i := range 2000 {
-		err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			return s.CreateTaskTx(ctx, tx, store.NewTask{
-				Task:        store.Task{App: "app", ID: fmt.Sprintf("t%05d", i), Type: "export", Input: []byte(`{}`), CreatedAt: now},
-				ExecutionID: fmt.Sprintf("e%05d", i), Status: store.ExecutionCreated,
-				Event: store.Event{Type: "idem.execution.created", Data: []byte(`{}`), Time: now},
-			})
+	eachInTx(t, s, 2000, func(ctx context.Context, tx pgx.Tx, i int) error {
+		return s.CreateTaskTx(ctx, tx, store.NewTask{
+			Task:        store.Task{App: "app", ID: fmt.Sprintf("t%05d", i), Type: "export", Input: []byte(`{}`), CreatedAt: now},
+			ExecutionID: fmt.Sprintf("e%05d", i), Status: store.ExecutionCreated,
+			Event: store.Event{Type: "idem.execution.created", Data: []byte(`{}`), Time: now},
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	args := []any{"'app'", "'e00042'", 1, 2, "NULL::timestamptz", "NULL::timestamptz", "NULL::bytea", "''", 0,
 		"'idem.execution.queued'", `'\x7b7d'::bytea`, now}
 	for _, generic := range []bool{false, true} {
@@ -151,4 +136,14 @@ func transition(ctx context.Context, s *pgstore.Store, id string) (store.Executi
 		return err
 	})
 	return e, applied, err
+}
+
+// eachInTx runs fn n times, each in a transaction of its own.
+func eachInTx(t *testing.T, s *pgstore.Store, n int, fn func(ctx context.Context, tx pgx.Tx, i int) error) {
+	t.Helper()
+	for i := range n {
+		if err := s.InTx(context.Background(), func(ctx context.Context, tx pgx.Tx) error { return fn(ctx, tx, i) }); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
