@@ -184,20 +184,13 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 	}
 }
 
-// claim claims up to n steps in one transaction, each under its own owner
-// token.
+// claim claims up to n steps in one transaction, under a new owner token.
 func (w *Worker[TX]) claim(ctx context.Context, n int) ([]Claimed, error) {
 	var out []Claimed
 	err := w.en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
-		out = out[:0]
-		for range n {
-			c, ok, err := w.en.ClaimTx(ctx, tx, w.types, rand.Text(), 0)
-			if err != nil || !ok {
-				return err
-			}
-			out = append(out, c)
-		}
-		return nil
+		var err error
+		out, err = w.en.ClaimManyTx(ctx, tx, w.types, rand.Text(), 0, n)
+		return err
 	})
 	if err != nil {
 		return nil, err

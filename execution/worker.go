@@ -30,14 +30,24 @@ func notFound(err error) error {
 // under a lease (0: the smallest default lease of types), and starts its
 // execution when it was queued. ok=false when no step is claimable.
 func (en *Engine[TX]) ClaimTx(ctx context.Context, tx TX, types []string, owner string, lease time.Duration) (Claimed, bool, error) {
-	if len(types) == 0 || owner == "" || lease < 0 {
-		return Claimed{}, false, fmt.Errorf("%w: a claim needs types and an owner, and no negative lease", ErrBadInput)
+	claimed, err := en.ClaimManyTx(ctx, tx, types, owner, lease, 1)
+	if err != nil || len(claimed) == 0 {
+		return Claimed{}, false, err
+	}
+	return claimed[0], true, nil
+}
+
+// ClaimManyTx is ClaimTx for up to n steps (oldest first), claimed by one
+// statement where the store can; owner holds them all.
+func (en *Engine[TX]) ClaimManyTx(ctx context.Context, tx TX, types []string, owner string, lease time.Duration, n int) ([]Claimed, error) {
+	if len(types) == 0 || owner == "" || lease < 0 || n < 1 {
+		return nil, fmt.Errorf("%w: a claim needs types, an owner and n > 0, and no negative lease", ErrBadInput)
 	}
 	def := time.Duration(0)
 	for _, t := range types {
 		tc, ok := en.cfg.Types[t]
 		if !ok {
-			return Claimed{}, false, fmt.Errorf("%w: %q", ErrUnknownType, t)
+			return nil, fmt.Errorf("%w: %q", ErrUnknownType, t)
 		}
 		if def == 0 || tc.Lease < def {
 			def = tc.Lease
@@ -46,24 +56,28 @@ func (en *Engine[TX]) ClaimTx(ctx context.Context, tx TX, types []string, owner 
 	if lease == 0 {
 		lease = def
 	}
-	st, ok, err := en.s.ClaimStepTx(ctx, tx, store.StepClaim{Types: types, Owner: owner, Now: en.cfg.Now(), Lease: lease})
-	if err != nil || !ok {
-		return Claimed{}, false, err
-	}
-	task, e, err := en.owners(ctx, tx, st)
+	steps, err := en.s.ClaimStepsTx(ctx, tx, store.StepClaim{Types: types, Owner: owner, Now: en.cfg.Now(), Lease: lease, Limit: n})
 	if err != nil {
-		return Claimed{}, false, err
+		return nil, err
 	}
-	if Status(e.Status) == StatusQueued {
-		t := store.Transition{}
-		if e.StartedAt.IsZero() {
-			t.StartedAt = en.cfg.Now()
+	out := make([]Claimed, 0, len(steps))
+	for _, st := range steps {
+		task, e, err := en.owners(ctx, tx, st)
+		if err != nil {
+			return nil, err
 		}
-		if e, err = en.transition(ctx, tx, task, e, ActionStart, t); err != nil {
-			return Claimed{}, false, err
+		if Status(e.Status) == StatusQueued {
+			t := store.Transition{}
+			if e.StartedAt.IsZero() {
+				t.StartedAt = en.cfg.Now()
+			}
+			if e, err = en.transition(ctx, tx, task, e, ActionStart, t); err != nil {
+				return nil, err
+			}
 		}
+		out = append(out, Claimed{Step: st, Task: task, Execution: e})
 	}
-	return Claimed{Step: st, Task: task, Execution: e}, true, nil
+	return out, nil
 }
 
 // owners reads the task and execution of st in tx.

@@ -180,7 +180,7 @@ type ExecutionStore[TX any] interface {
 
 // StepStatus is a step's state as the store keeps it; package execution
 // names the values and decides the transitions. The store reads three of
-// them itself: ClaimStepTx claims DISPATCHED steps, and EXECUTING ones
+// them itself: ClaimStepsTx claims DISPATCHED steps, and EXECUTING ones
 // whose lease ended when their type is repeatable.
 type StepStatus uint8
 
@@ -225,15 +225,18 @@ type Step struct {
 	CreatedAt      time.Time
 }
 
-// StepClaim are the arguments of ClaimStepTx.
+// StepClaim are the arguments of ClaimStepsTx.
 type StepClaim struct {
 	// Types are the task types the worker runs (at least one).
 	Types []string
-	// Owner is the worker's token for this claim (unique per claim).
+	// Owner is the worker's token for this claim (a new one per claim:
+	// with the epoch, it fences the claim's later writes).
 	Owner string
 	// Now is the caller's clock: due times and leases compare to it.
 	Now   time.Time
 	Lease time.Duration
+	// Limit is how many steps the claim takes at most. Defaults to 1.
+	Limit int
 }
 
 // StepUpdate is a conditional change of a step: it applies only while the
@@ -267,13 +270,14 @@ type StepStore[TX any] interface {
 	// is ErrDuplicate.
 	AddStepTx(ctx context.Context, tx TX, s Step) error
 
-	// ClaimStepTx claims, in tx, the oldest claimable step of c.Types (due
-	// first, then by ID): DISPATCHED and due, or EXECUTING with its lease
-	// ended when its type is not once-only, never one with
-	// CancelRequested. The step becomes EXECUTING with Epoch+1,
-	// Attempts+1, c.Owner and a lease until c.Now+c.Lease. Concurrent
-	// claims never get the same step. ok=false when none is claimable.
-	ClaimStepTx(ctx context.Context, tx TX, c StepClaim) (s Step, ok bool, err error)
+	// ClaimStepsTx claims, in tx, the c.Limit oldest claimable steps of
+	// c.Types (due first, then by ID; fewer, or none, when fewer are
+	// claimable): DISPATCHED and due, or EXECUTING with its lease ended
+	// when its type is not once-only, never one with CancelRequested.
+	// Each becomes EXECUTING with Epoch+1, Attempts+1, c.Owner and a lease
+	// until c.Now+c.Lease. Concurrent claims never get the same step, and
+	// do not wait for each other. The steps come in claim order.
+	ClaimStepsTx(ctx context.Context, tx TX, c StepClaim) ([]Step, error)
 
 	// UpdateStepTx applies u in tx when the step is in u.From (and under
 	// u's claim when u.Epoch is set) and returns the step as it now is
@@ -296,6 +300,6 @@ type StepStore[TX any] interface {
 	// ExpiredSteps returns up to limit EXECUTING steps whose lease ended
 	// before now, oldest lease first, for the caller to settle: once-only
 	// ones become OUTCOME_UNKNOWN, those whose execution is canceling end
-	// it (repeatable ones are also claimed again by ClaimStepTx).
+	// it (repeatable ones are also claimed again by ClaimStepsTx).
 	ExpiredSteps(ctx context.Context, now time.Time, limit int) ([]Step, error)
 }

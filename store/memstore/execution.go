@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -334,31 +335,34 @@ func claimable(st store.Step, c store.StepClaim) bool {
 	return false
 }
 
-// ClaimStepTx implements store.StepStore.
-func (x *Executions) ClaimStepTx(ctx context.Context, tx *Tx, c store.StepClaim) (store.Step, bool, error) {
+// ClaimStepsTx implements store.StepStore.
+func (x *Executions) ClaimStepsTx(ctx context.Context, tx *Tx, c store.StepClaim) ([]store.Step, error) {
 	if err := tx.check(); err != nil {
-		return store.Step{}, false, err
+		return nil, err
 	}
-	if len(c.Types) == 0 || c.Owner == "" || c.Lease <= 0 {
-		return store.Step{}, false, fmt.Errorf("memstore: claim step: types, owner and lease are required")
+	if len(c.Types) == 0 || c.Owner == "" || c.Lease <= 0 || c.Limit < 0 {
+		return nil, fmt.Errorf("memstore: claim steps: types, owner and lease are required, and no negative limit")
 	}
-	var best *store.Step
+	var ready []store.Step
 	for _, st := range x.steps {
-		if !claimable(st, c) {
-			continue
-		}
-		if best == nil || st.DueAt.Before(best.DueAt) || (st.DueAt.Equal(best.DueAt) && st.ID < best.ID) {
-			best = &st
+		if claimable(st, c) {
+			ready = append(ready, st)
 		}
 	}
-	if best == nil {
-		return store.Step{}, false, nil
+	slices.SortFunc(ready, func(a, b store.Step) int {
+		if c := a.DueAt.Compare(b.DueAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	out := make([]store.Step, 0, min(len(ready), max(c.Limit, 1)))
+	for _, st := range ready[:cap(out)] {
+		st.Status, st.Epoch, st.Attempts = store.StepExecuting, st.Epoch+1, st.Attempts+1
+		st.Owner, st.LeaseUntil = c.Owner, c.Now.Add(c.Lease)
+		x.putStep(tx, st)
+		out = append(out, cloneStep(st))
 	}
-	st := *best
-	st.Status, st.Epoch, st.Attempts = store.StepExecuting, st.Epoch+1, st.Attempts+1
-	st.Owner, st.LeaseUntil = c.Owner, c.Now.Add(c.Lease)
-	x.putStep(tx, st)
-	return cloneStep(st), true, nil
+	return out, nil
 }
 
 // UpdateStepTx implements store.StepStore.

@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,28 +58,38 @@ func (s *Store) AddStepTx(ctx context.Context, tx pgx.Tx, st store.Step) error {
 		st.Once, int16(st.Status), st.DueAt, st.IdempotencyKey, st.CreatedAt))
 }
 
-// ClaimStepTx implements store.StepStore in one statement
+// ClaimStepsTx implements store.StepStore in one statement
 // (sql/step_claim.sql, FOR UPDATE SKIP LOCKED).
-func (s *Store) ClaimStepTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) (store.Step, bool, error) {
-	if len(c.Types) == 0 || c.Owner == "" || c.Lease <= 0 {
-		return store.Step{}, false, errors.New("idem/pgstore: claim step: types, owner and lease are required")
+func (s *Store) ClaimStepsTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) ([]store.Step, error) {
+	if len(c.Types) == 0 || c.Owner == "" || c.Lease <= 0 || c.Limit < 0 {
+		return nil, errors.New("idem/pgstore: claim steps: types, owner and lease are required, and no negative limit")
 	}
 	types := map[string]string{"owner": c.Owner}
 	for _, t := range c.Types {
 		types["type "+t] = t
 	}
 	if err := checkText(types); err != nil {
-		return store.Step{}, false, fmt.Errorf("idem/pgstore: claim step: %w", err)
+		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
 	}
-	var st store.Step
-	err := scanStep(tx.QueryRow(ctx, stepClaimSQL, c.Types, c.Now, c.Owner, c.Now.Add(c.Lease)), &st, &st.App)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return store.Step{}, false, nil
-	case err != nil:
-		return store.Step{}, false, fmt.Errorf("idem/pgstore: claim step: %w", err)
+	rows, err := tx.Query(ctx, stepClaimSQL, c.Types, c.Now, c.Owner, c.Now.Add(c.Lease), max(c.Limit, 1))
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
 	}
-	return st, true, nil
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Step, error) {
+		var st store.Step
+		err := scanStep(r, &st, &st.App)
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+	}
+	slices.SortFunc(out, func(a, b store.Step) int {
+		if c := a.DueAt.Compare(b.DueAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
 }
 
 // UpdateStepTx implements store.StepStore.

@@ -61,18 +61,36 @@ func (s *Store) AddStepTx(ctx context.Context, tx *sql.Tx, st store.Step) error 
 		sql.Named("created_at", toMicros(st.CreatedAt))))
 }
 
-// ClaimStepTx implements store.StepStore.
-func (s *Store) ClaimStepTx(ctx context.Context, tx *sql.Tx, c store.StepClaim) (store.Step, bool, error) {
+// ClaimStepsTx implements store.StepStore: one step at a time, the oldest
+// of a few index seeks each, in the transaction that holds the database's
+// one writer.
+func (s *Store) ClaimStepsTx(ctx context.Context, tx *sql.Tx, c store.StepClaim) ([]store.Step, error) {
 	if tx == nil {
-		return store.Step{}, false, errors.New("sqlitestore: claim step: tx is nil")
+		return nil, errors.New("sqlitestore: claim steps: tx is nil")
 	}
-	if len(c.Types) == 0 || c.Owner == "" || c.Lease <= 0 {
-		return store.Step{}, false, errors.New("sqlitestore: claim step: types, owner and lease are required")
+	if len(c.Types) == 0 || c.Owner == "" || c.Lease <= 0 || c.Limit < 0 {
+		return nil, errors.New("sqlitestore: claim steps: types, owner and lease are required, and no negative limit")
 	}
 	types, err := json.Marshal(c.Types)
 	if err != nil {
-		return store.Step{}, false, fmt.Errorf("sqlitestore: claim step: %w", err)
+		return nil, fmt.Errorf("sqlitestore: claim steps: %w", err)
 	}
+	var out []store.Step
+	for range max(c.Limit, 1) {
+		st, ok, err := claimStep(ctx, tx, c, string(types))
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: claim steps: %w", err)
+		}
+		if !ok {
+			break
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// claimStep claims the oldest claimable step; types is c.Types as JSON.
+func claimStep(ctx context.Context, tx *sql.Tx, c store.StepClaim, types string) (store.Step, bool, error) {
 	now := toMicros(c.Now)
 	// The oldest candidate: the first due dispatched step of each type (an
 	// index seek each), and the first expired one.
@@ -97,23 +115,23 @@ func (s *Store) ClaimStepTx(ctx context.Context, tx *sql.Tx, c store.StepClaim) 
 	}
 	for _, typ := range c.Types {
 		if err := consider(stepCandidateDispatchedSQL, sql.Named("type", typ), sql.Named("now", now)); err != nil {
-			return store.Step{}, false, fmt.Errorf("sqlitestore: claim step: %w", interpretError(err))
+			return store.Step{}, false, interpretError(err)
 		}
 	}
-	if err := consider(stepCandidateExpiredSQL, sql.Named("types", string(types)), sql.Named("now", now)); err != nil {
-		return store.Step{}, false, fmt.Errorf("sqlitestore: claim step: %w", interpretError(err))
+	if err := consider(stepCandidateExpiredSQL, sql.Named("types", types), sql.Named("now", now)); err != nil {
+		return store.Step{}, false, interpretError(err)
 	}
 	if best == nil {
 		return store.Step{}, false, nil
 	}
 	var st store.Step
-	err = scanStep(tx.QueryRowContext(ctx, stepClaimSQL, sql.Named("app", best.app), sql.Named("id", best.id), sql.Named("owner", c.Owner),
+	err := scanStep(tx.QueryRowContext(ctx, stepClaimSQL, sql.Named("app", best.app), sql.Named("id", best.id), sql.Named("owner", c.Owner),
 		sql.Named("now", now), sql.Named("lease_until", toMicros(c.Now.Add(c.Lease)))), &st, &st.App)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.Step{}, false, nil
 	case err != nil:
-		return store.Step{}, false, fmt.Errorf("sqlitestore: claim step: %w", interpretError(err))
+		return store.Step{}, false, interpretError(err)
 	}
 	return st, true, nil
 }

@@ -54,21 +54,32 @@ func exerciseSteps[TX any](t *testing.T, open Open[TX]) {
 			t.Fatal(err)
 		}
 	}
-	claim := func(t *testing.T, s both, owner string, now time.Time, types ...string) (store.Step, bool) {
+	// claimN claims up to limit steps in one transaction.
+	claimN := func(t *testing.T, s both, owner string, now time.Time, limit int, types ...string) []store.Step {
 		t.Helper()
 		if len(types) == 0 {
 			types = []string{"export"}
 		}
-		var st store.Step
-		var ok bool
+		var got []store.Step
 		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
 			var err error
-			st, ok, err = s.ClaimStepTx(ctx, tx, store.StepClaim{Types: types, Owner: owner, Now: now, Lease: lease})
+			got, err = s.ClaimStepsTx(ctx, tx, store.StepClaim{Types: types, Owner: owner, Now: now, Lease: lease, Limit: limit})
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
-		return st, ok
+		if len(got) > max(limit, 1) {
+			t.Fatalf("a claim of %d took %d steps", limit, len(got))
+		}
+		return got
+	}
+	claim := func(t *testing.T, s both, owner string, now time.Time, types ...string) (store.Step, bool) {
+		t.Helper()
+		got := claimN(t, s, owner, now, 0, types...)
+		if len(got) == 0 {
+			return store.Step{}, false
+		}
+		return got[0], true
 	}
 	update := func(t *testing.T, s both, u store.StepUpdate) (store.Step, bool) {
 		t.Helper()
@@ -94,8 +105,8 @@ func exerciseSteps[TX any](t *testing.T, open Open[TX]) {
 		errs := make([]error, n)
 		Concurrently(n, func(i int) {
 			errs[i] = s.InTx(ctx, func(ctx context.Context, tx TX) error {
-				_, ok, err := s.ClaimStepTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: fmt.Sprintf("w%d", i), Now: t0, Lease: lease})
-				got[i] = ok
+				steps, err := s.ClaimStepsTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: fmt.Sprintf("w%d", i), Now: t0, Lease: lease})
+				got[i] = len(steps) == 1
 				return err
 			})
 		})
@@ -213,13 +224,75 @@ func exerciseSteps[TX any](t *testing.T, open Open[TX]) {
 		}
 	})
 
+	t.Run("BatchClaimTakesTheOldestInOrder", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		for i, id := range []string{"e", "d", "c", "b", "a"} { // e is due first
+			add(t, s, store.Step{ID: id, DueAt: t0.Add(time.Duration(i) * time.Second)})
+		}
+		add(t, s, store.Step{ID: "f-report", Type: "report"})
+		add(t, s, store.Step{ID: "g-later", DueAt: t0.Add(time.Hour)})
+		now := t0.Add(10 * time.Second)
+		got := claimN(t, s, "w1", now, 3)
+		if ids := stepIDs(got); !slices.Equal(ids, []string{"e", "d", "c"}) {
+			t.Fatalf("a claim of 3 took %v, want [e d c]: the oldest due first, in that order", ids)
+		}
+		for _, st := range got {
+			if st.Status != store.StepExecuting || st.Epoch != 1 || st.Owner != "w1" || !st.LeaseUntil.Equal(now.Add(lease)) {
+				t.Fatalf("claimed %+v", st)
+			}
+		}
+		if ids := stepIDs(claimN(t, s, "w2", now, 10)); !slices.Equal(ids, []string{"b", "a"}) {
+			t.Fatalf("a claim of 10 took %v, want [b a]: only the due steps of its types left", ids)
+		}
+		if got := claimN(t, s, "w3", now, 10); len(got) != 0 {
+			t.Fatalf("claimed %v from an empty queue", stepIDs(got))
+		}
+	})
+
+	t.Run("ConcurrentBatchClaimsShareNothing", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		const steps, claimers = 24, 8
+		for i := range steps {
+			add(t, s, store.Step{ID: fmt.Sprintf("s%02d", i)})
+		}
+		got := make([][]store.Step, claimers)
+		errs := make([]error, claimers)
+		Concurrently(claimers, func(i int) {
+			errs[i] = s.InTx(ctx, func(ctx context.Context, tx TX) error {
+				var err error
+				got[i], err = s.ClaimStepsTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: fmt.Sprintf("w%d", i), Now: t0, Lease: lease, Limit: 4})
+				return err
+			})
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]string{}
+		for i, g := range got {
+			for _, st := range g {
+				if other, ok := seen[st.ID]; ok {
+					t.Fatalf("step %s claimed by %s and w%d", st.ID, other, i)
+				}
+				seen[st.ID] = fmt.Sprintf("w%d", i)
+			}
+		}
+		// What the claimers left is all still claimable: a step is claimed
+		// once or waits for the next claim.
+		rest := claimN(t, s, "late", t0, steps)
+		if len(seen)+len(rest) != steps {
+			t.Fatalf("%d claimed together and %d after, of %d steps", len(seen), len(rest), steps)
+		}
+	})
+
 	t.Run("UpdatesRollBackWithTheTransaction", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
 		add(t, s, store.Step{ID: "s1"})
 		_ = s.InTx(ctx, func(ctx context.Context, tx TX) error {
-			if _, ok, err := s.ClaimStepTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: "w1", Now: t0, Lease: lease}); err != nil || !ok {
-				return fmt.Errorf("claim: %v %v", ok, err)
+			if steps, err := s.ClaimStepsTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: "w1", Now: t0, Lease: lease}); err != nil || len(steps) != 1 {
+				return fmt.Errorf("claim: %v %v", steps, err)
 			}
 			if st, err := s.GetStepTx(ctx, tx, "app-a", "s1"); err != nil || st.Status != store.StepExecuting || st.Owner != "w1" {
 				t.Errorf("GetStepTx in the claiming transaction: %+v %v", st, err)
@@ -267,4 +340,13 @@ func exerciseSteps[TX any](t *testing.T, open Open[TX]) {
 			t.Fatalf("another application's update: %v, want ErrNotFound", err)
 		}
 	})
+}
+
+// stepIDs returns the steps' IDs in order.
+func stepIDs(steps []store.Step) []string {
+	ids := make([]string, len(steps))
+	for i, st := range steps {
+		ids[i] = st.ID
+	}
+	return ids
 }

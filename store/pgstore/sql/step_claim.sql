@@ -1,38 +1,39 @@
--- ClaimStepTx: the oldest claimable step of the worker's types, due
+-- ClaimStepsTx: the $5 oldest claimable steps of the worker's types, due
 -- first, then by id: dispatched and due, or executing with its lease ended
 -- when its type is repeatable; never one whose cancel was asked.
 --
--- Each candidate is found and locked by one index walk that stops at the
--- first row it can lock, FOR UPDATE SKIP LOCKED, so that a claim costs the
+-- The candidates are found and locked by index walks that stop at the $5th
+-- row they can lock, FOR UPDATE SKIP LOCKED, so that a claim costs the
 -- same whatever the backlog and concurrent claims never wait on each
--- other: per type, the first due dispatched step of idem_steps_dispatched
+-- other: per type, the first due dispatched steps of idem_steps_dispatched
 -- (type, due_at, id) (a LATERAL per type: with type = ANY(...) the planner
--- would scan and sort every row); and the first executing step whose lease
+-- would scan and sort every row); and the first executing steps whose lease
 -- ended, from idem_steps_executing (lease_until, id). A row updated by a
 -- claim that committed meanwhile is rechecked on its new version and
--- passed over. The oldest candidate is claimed; the others stay locked
+-- passed over. The $5 oldest candidates are claimed; the others stay locked
 -- until the transaction ends, and are not changed. There is no join
 -- between a walk and the table: its plan would hang on statistics, and a
 -- nested loop over a young table's stale ones rescans the walk per row.
--- $1 types, $2 now, $3 owner, $4 lease_until.
+-- The rows come back in no order; the caller sorts them.
+-- $1 types, $2 now, $3 owner, $4 lease_until, $5 limit.
 WITH dispatched AS (
     SELECT d.app, d.id, d.due_at FROM unnest($1::text[]) AS k(type), LATERAL (
         SELECT app, id, due_at FROM idem_steps
         WHERE status = 2 AND NOT cancel_requested AND type = k.type AND due_at <= $2
         ORDER BY due_at, id
-        LIMIT 1
+        LIMIT $5
         FOR UPDATE SKIP LOCKED
     ) d
 ), expired AS (
     SELECT app, id, due_at FROM idem_steps
     WHERE status = 3 AND NOT once AND NOT cancel_requested AND type = ANY($1::text[]) AND lease_until <= $2
     ORDER BY lease_until, id
-    LIMIT 1
+    LIMIT $5
     FOR UPDATE SKIP LOCKED
 ), c AS (
     SELECT app, id FROM (SELECT * FROM dispatched UNION ALL SELECT * FROM expired) cand
     ORDER BY due_at, id
-    LIMIT 1
+    LIMIT $5
 )
 UPDATE idem_steps s
 SET status = 3, epoch = s.epoch + 1, attempts = s.attempts + 1, owner = $3, lease_until = $4
