@@ -262,8 +262,7 @@ func (w *Worker[TX]) settleTx(ctx context.Context, tx TX, e ended[TX]) error {
 			return err
 		}
 	}
-	_, err := w.en.CompleteTx(ctx, tx, st.App, st.ID, st.Epoch, e.res.Output)
-	return err
+	return w.en.completeClaimedTx(ctx, tx, e.c, e.res.Output)
 }
 
 // RunOnce claims one step and runs it to its end (completed, failed,

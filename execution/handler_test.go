@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -260,5 +261,48 @@ func TestWorkerBatchFailsAlone(t *testing.T) {
 			t.Fatalf("event %q reported twice", line)
 		}
 		seen[line] = true
+	}
+}
+
+// A step that completes while its execution is CANCELING makes it
+// SUCCEEDED (the work did finish): the worker's completion, tried on what
+// its claim read (RUNNING), reads the execution again.
+func TestWorkerCompletesACancelingExecution(t *testing.T) {
+	h := newHarness(t, nil)
+	_, e := h.create("export")
+	started, release := make(chan struct{}), make(chan struct{})
+	w, err := h.en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
+		"export": func(ctx context.Context, job execution.Job) (execution.Result[*memstore.Tx], error) {
+			close(started)
+			<-release
+			return execution.Result[*memstore.Tx]{Output: json.RawMessage(`{"done":true}`)}, nil
+		},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := w.RunOnce(context.Background()); done <- err }()
+	<-started
+	if err := h.tx(func(ctx context.Context, tx *memstore.Tx) error {
+		got, err := h.en.CancelTx(ctx, tx, "app", e.ID)
+		if err == nil && got.Status != store.ExecutionCanceling {
+			err = fmt.Errorf("cancel: %v", got.Status)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	got, err := h.s.GetExecution(context.Background(), "app", e.ID)
+	if err != nil || got.Status != store.ExecutionSucceeded || string(got.Output) != `{"done":true}` {
+		t.Fatalf("execution %+v %v", got, err)
+	}
+	if evs := h.events(e.ID); !slices.Equal(evs, []string{"idem.execution.created", "idem.execution.queued", "idem.execution.running",
+		"idem.execution.canceling", "idem.execution.succeeded"}) {
+		t.Fatalf("events %v", evs)
 	}
 }

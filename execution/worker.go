@@ -211,6 +211,33 @@ func (en *Engine[TX]) CompleteTx(ctx context.Context, tx TX, app, stepID string,
 	return en.succeed(ctx, tx, task, e, output)
 }
 
+// completeClaimedTx completes c's step with output as CompleteTx does, for
+// the worker that holds the claim: the step's fenced update and the
+// execution's transition are tried on what the claim read (two statements
+// instead of five), and an execution that changed since (its cancel was
+// asked) is read again.
+func (en *Engine[TX]) completeClaimedTx(ctx context.Context, tx TX, c Claimed, output json.RawMessage) error {
+	if len(output) > 0 && !json.Valid(output) {
+		return fmt.Errorf("%w: output is not JSON", ErrBadInput)
+	}
+	if output == nil {
+		output = json.RawMessage{}
+	}
+	st, err := en.updateStep(ctx, tx, c.Step, StepActionComplete, store.StepUpdate{Output: output, ClearClaim: true})
+	if err != nil {
+		return err
+	}
+	if _, err := en.succeed(ctx, tx, c.Task, c.Execution, output); !errors.Is(err, ErrIllegalTransition) {
+		return err
+	}
+	task, e, err := en.owners(ctx, tx, st)
+	if err != nil {
+		return err
+	}
+	_, err = en.succeed(ctx, tx, task, e, output)
+	return err
+}
+
 // FailTx fails the worker's claim with errText. A retryable failure with
 // attempts left dispatches the step again after a backoff (its execution
 // QUEUED meanwhile); otherwise the step FAILED, and its execution FAILED
