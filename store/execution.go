@@ -303,3 +303,19 @@ type StepStore[TX any] interface {
 	// it (repeatable ones are also claimed again by ClaimStepsTx).
 	ExpiredSteps(ctx context.Context, now time.Time, limit int) ([]Step, error)
 }
+
+// StepWaker is implemented by stores that can tell the processes sharing
+// them that steps may have become claimable, so that claimers waiting in
+// other processes try at once instead of at their next poll (PostgreSQL:
+// NOTIFY and LISTEN). Wake-ups are hints: one may be lost or spurious, and
+// claimers keep polling, only less often.
+type StepWaker interface {
+	// NotifySteps announces, outside any transaction, that steps may have
+	// become claimable; call it after the transaction that made them so
+	// committed. It never waits for a transaction of another.
+	NotifySteps(ctx context.Context) error
+	// StepWakeups returns a channel that receives a value, coalesced,
+	// after each NotifySteps of any process, and is closed when ctx ends
+	// or the listening connection fails (the caller may call again).
+	StepWakeups(ctx context.Context) (<-chan struct{}, error)
+}

@@ -286,32 +286,39 @@ func (s *Store) SweepIntents(ctx context.Context, before time.Time, limit int) (
 // Intents committed before the call are not announced: call it, then
 // claim once, then wait.
 func (s *Store) OutboxWakeups(ctx context.Context) (<-chan struct{}, error) {
+	return s.listen(ctx, outboxChannel, "outbox wakeups")
+}
+
+// listen LISTENs on channel on a connection of its own, as OutboxWakeups
+// says, and announces the notifications of this store's schema; what
+// names the caller in errors and logs.
+func (s *Store) listen(ctx context.Context, channel, what string) (<-chan struct{}, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("idem/pgstore: outbox wakeups: acquire a connection: %w", err)
+		return nil, fmt.Errorf("idem/pgstore: %s: acquire a connection: %w", what, err)
 	}
 	var schema string
 	err = conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema)
 	if err == nil {
-		_, err = conn.Exec(ctx, "LISTEN "+outboxChannel)
+		_, err = conn.Exec(ctx, "LISTEN "+channel)
 	}
 	if err != nil {
-		s.releaseListener(ctx, conn)
-		return nil, fmt.Errorf("idem/pgstore: outbox wakeups: listen: %w", err)
+		s.releaseListener(ctx, conn, channel, what)
+		return nil, fmt.Errorf("idem/pgstore: %s: listen: %w", what, err)
 	}
 	ch := make(chan struct{}, 1)
 	go func() {
 		defer close(ch) // after the connection is back in the pool
-		defer s.releaseListener(ctx, conn)
+		defer s.releaseListener(ctx, conn, channel, what)
 		for {
 			n, err := conn.Conn().WaitForNotification(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
-					s.logger.WarnContext(ctx, "idem/pgstore: outbox wakeups: the listening connection failed", slog.Any("error", err))
+					s.logger.WarnContext(ctx, "idem/pgstore: "+what+": the listening connection failed", slog.Any("error", err))
 				}
 				return
 			}
-			if n.Channel != outboxChannel || n.Payload != schema {
+			if n.Channel != channel || n.Payload != schema {
 				continue // another schema's store
 			}
 			select {
@@ -328,12 +335,12 @@ func (s *Store) OutboxWakeups(ctx context.Context) (<-chan struct{}, error) {
 // drops the notifications pgx buffered meanwhile. A connection that is
 // broken, or fails to UNLISTEN, is taken from the pool and closed before
 // releaseListener returns (a Release would destroy it in the background).
-func (s *Store) releaseListener(ctx context.Context, conn *pgxpool.Conn) {
+func (s *Store) releaseListener(ctx context.Context, conn *pgxpool.Conn, channel, what string) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlistenTimeout)
 	defer cancel()
 	c := conn.Conn()
 	if !c.IsClosed() {
-		_, err := c.Exec(uctx, "UNLISTEN "+outboxChannel)
+		_, err := c.Exec(uctx, "UNLISTEN "+channel)
 		if err == nil {
 			// WaitForNotification returns the buffered notifications first;
 			// with a context already done it then returns at once, without
@@ -348,7 +355,7 @@ func (s *Store) releaseListener(ctx context.Context, conn *pgxpool.Conn) {
 			conn.Release()
 			return
 		}
-		s.logger.DebugContext(ctx, "idem/pgstore: outbox wakeups: unlisten failed; closing the connection", slog.Any("error", err))
+		s.logger.DebugContext(ctx, "idem/pgstore: "+what+": unlisten failed; closing the connection", slog.Any("error", err))
 	}
 	_ = conn.Hijack().Close(uctx)
 }

@@ -184,3 +184,26 @@ func (s *Store) ExpiredSteps(ctx context.Context, now time.Time, limit int) ([]s
 	}
 	return out, nil
 }
+
+// stepsChannel is the channel NotifySteps notifies and StepWakeups listens
+// on. The payload is the store's schema.
+const stepsChannel = "idem_steps"
+
+var _ store.StepWaker = (*Store)(nil)
+
+// NotifySteps implements store.StepWaker: pg_notify in a transaction of
+// its own that writes nothing, so it does not hold up the commits of
+// writing transactions as a NOTIFY inside them would (PostgreSQL
+// serialises the commits of notifying transactions, WAL flush included).
+func (s *Store) NotifySteps(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, current_schema())`, stepsChannel); err != nil {
+		return fmt.Errorf("idem/pgstore: notify steps: %w", err)
+	}
+	return nil
+}
+
+// StepWakeups implements store.StepWaker with LISTEN, on a connection of
+// the pool held for as long as ctx lasts, as OutboxWakeups does.
+func (s *Store) StepWakeups(ctx context.Context) (<-chan struct{}, error) {
+	return s.listen(ctx, stepsChannel, "step wakeups")
+}

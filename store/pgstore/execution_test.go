@@ -149,3 +149,35 @@ func eachInTx(t *testing.T, s *pgstore.Store, n int, fn func(ctx context.Context
 		}
 	}
 }
+
+// NotifySteps wakes the StepWakeups of every store on the schema, and only
+// of that schema; the listener hands its connection back when ctx ends.
+func TestStepWakeups(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, b := setup(t)
+	pool := singleConnPool(t, b.pool)
+	s := newStore(t, pool, nil)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wake, err := s.StepWakeups(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newStore(t, b.pool, nil) // another process's store on the schema
+	noWakeup(t, wake, "before any notification")
+	if err := other.NotifySteps(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wakeup(t, wake, "after NotifySteps")
+	_, elsewhere := setup(t)
+	if err := newStore(t, elsewhere.pool, nil).NotifySteps(ctx); err != nil {
+		t.Fatal(err)
+	}
+	noWakeup(t, wake, "after a notification in another schema")
+	cancel()
+	closed(t, wake)
+	if n := pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections still acquired after the channel closed", n)
+	}
+}
