@@ -82,6 +82,9 @@ func (srv *Server[TX]) onEventTx(ctx context.Context, txAny any, app string, tas
 			return err
 		}
 	}
+	if ev.Type == "idem.execution.queued" { // its step was dispatched
+		srv.queued.Store(true)
+	}
 	tx, ok := txAny.(TX)
 	if !ok {
 		return fmt.Errorf("serve: a transaction of type %T", txAny)

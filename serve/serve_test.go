@@ -74,6 +74,13 @@ type env struct {
 func start[TX any](t *testing.T, open func(*testing.T) serve.Store[TX]) *env {
 	t.Helper()
 	s := open(t)
+	seed(t, s)
+	return startOn(t, s, &serve.Config{Types: types})
+}
+
+// seed makes the applications and the worker token of env.
+func seed[TX any](t *testing.T, s serve.Store[TX]) {
+	t.Helper()
 	ctx := context.Background()
 	for _, a := range []store.App{
 		{Name: "orders", TokenHashes: [][]byte{serve.HashToken("tok-orders")}, Scheme: "idem", CreatedAt: time.Now()},
@@ -87,12 +94,20 @@ func start[TX any](t *testing.T, open func(*testing.T) serve.Store[TX]) *env {
 	if err := s.AddWorkerToken(ctx, serve.HashToken("tok-worker"), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := serve.New(s, &serve.Config{Types: types})
+}
+
+// startOn serves s with cfg, and runs its wake-ups until the test ends.
+func startOn[TX any](t *testing.T, s serve.Store[TX], cfg *serve.Config) *env {
+	t.Helper()
+	srv, err := serve.New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.RunWakeups(ctx) }()
+	t.Cleanup(func() { hs.Close(); cancel(); <-done })
 	return &env{t: t, url: hs.URL}
 }
 

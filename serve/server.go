@@ -47,6 +47,10 @@ type Config struct {
 	// ExpireInterval is how often RunExpirer settles lost leases. Defaults
 	// to DefaultExpireInterval.
 	ExpireInterval time.Duration
+	// ClaimPoll is how often a worker's waiting claim looks for a step
+	// when no wake-up came (this process dispatching one, or another
+	// through RunWakeups). Defaults to DefaultClaimPoll.
+	ClaimPoll time.Duration
 	// Key configures the request keys of task creation and rerun (lease,
 	// retention). Defaults to key's defaults.
 	Key *key.Config
@@ -74,8 +78,10 @@ const (
 	DefaultSource         = "idem"
 	DefaultMaxBody        = 1 << 20
 	DefaultExpireInterval = time.Second
+	DefaultClaimPoll      = time.Second
 	maxWait               = 30 * time.Second
-	claimPoll             = 200 * time.Millisecond
+	// eventPoll is how often a live event stream looks for new events.
+	eventPoll = 200 * time.Millisecond
 )
 
 // ErrBadConfig is wrapped by New's error for a Config out of range.
@@ -92,6 +98,11 @@ type Server[TX any] struct {
 	// pending is set when a transaction may have enqueued a callback, so
 	// that the relay is woken after it.
 	pending atomic.Bool
+	// queued is set when a transaction may have dispatched a step, so
+	// that waiting claims are woken after it (dispatched).
+	queued     atomic.Bool
+	stepsReady signal
+	notify     chan struct{} // to RunWakeups: tell the other processes
 }
 
 // New returns the service over s.
@@ -100,8 +111,8 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 		return nil, fmt.Errorf("%w: a store and a Config are required", ErrBadConfig)
 	}
 	c := *cfg
-	if c.MaxBody < 0 || c.ExpireInterval < 0 {
-		return nil, fmt.Errorf("%w: negative MaxBody or ExpireInterval", ErrBadConfig)
+	if c.MaxBody < 0 || c.ExpireInterval < 0 || c.ClaimPoll < 0 {
+		return nil, fmt.Errorf("%w: negative MaxBody, ExpireInterval or ClaimPoll", ErrBadConfig)
 	}
 	if c.ProblemBase == "" {
 		c.ProblemBase = problem.DefaultBase
@@ -115,13 +126,16 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 	if c.ExpireInterval == 0 {
 		c.ExpireInterval = DefaultExpireInterval
 	}
+	if c.ClaimPoll == 0 {
+		c.ClaimPoll = DefaultClaimPoll
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	srv := &Server[TX]{s: s, cfg: c, mux: http.NewServeMux()}
+	srv := &Server[TX]{s: s, cfg: c, mux: http.NewServeMux(), notify: make(chan struct{}, 1)}
 	en, err := execution.New[TX](s, &execution.Config{Types: c.Types, OnEventTx: srv.onEventTx, Now: c.Now, Logger: c.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
@@ -176,11 +190,21 @@ func (srv *Server[TX]) routes() {
 }
 
 // ServeHTTP implements http.Handler. A request that enqueued callbacks
-// wakes the relay once it has been answered (its transaction committed).
+// wakes the relay once it has been answered (its transaction committed),
+// and one that dispatched steps wakes the claims waiting for them.
 func (srv *Server[TX]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	srv.mux.ServeHTTP(w, r)
+	srv.settled()
+}
+
+// settled wakes what waits for the effects of the transactions that just
+// committed.
+func (srv *Server[TX]) settled() {
 	if srv.pending.Swap(false) {
 		srv.relay.Notify()
+	}
+	if srv.queued.Swap(false) {
+		srv.dispatched()
 	}
 }
 
@@ -192,6 +216,7 @@ func (srv *Server[TX]) RunExpirer(ctx context.Context) error {
 		if err != nil {
 			srv.cfg.Logger.WarnContext(ctx, "serve: settling lost leases failed", "error", err)
 		}
+		srv.settled()
 		return n == 100
 	})
 }

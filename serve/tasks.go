@@ -241,7 +241,7 @@ func (srv *Server[TX]) streamEvents(w http.ResponseWriter, r *http.Request, e st
 			select {
 			case <-r.Context().Done():
 				return
-			case <-time.After(claimPoll):
+			case <-time.After(eventPoll):
 			}
 		}
 	}

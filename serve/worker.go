@@ -44,6 +44,7 @@ func (srv *Server[TX]) claim(w http.ResponseWriter, r *http.Request) {
 	deadline := time.Now().Add(time.Duration(req.WaitSeconds) * time.Second)
 	owner := rand.Text()
 	for {
+		ready := srv.stepsReady.wait()
 		var c execution.Claimed
 		var ok bool
 		err := srv.inTx(r.Context(), func(ctx context.Context, tx TX) error {
@@ -67,7 +68,8 @@ func (srv *Server[TX]) claim(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-time.After(min(wait, claimPoll)):
+		case <-ready:
+		case <-time.After(min(wait, srv.cfg.ClaimPoll)):
 		}
 	}
 }
