@@ -28,24 +28,7 @@ import (
 func BenchmarkExecutions(b *testing.B) {
 	ctx := context.Background()
 	b.Run("Engine", func(b *testing.B) {
-		pool := testdb.Postgres(b)
-		if _, err := pgstore.Migrate(ctx, pool); err != nil {
-			b.Fatal(err)
-		}
-		s, err := pgstore.New(pool, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		en, err := execution.New[pgx.Tx](s, &execution.Config{Types: map[string]execution.TypeConfig{"export": {}}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		create := func() error {
-			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				_, _, err := en.CreateTx(ctx, tx, "app", execution.NewTask{Type: "export", Input: json.RawMessage(`{"order":"o-1"}`)})
-				return err
-			})
-		}
+		_, s, en, create := benchEngine(b)
 		b.Run("Create", func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -89,7 +72,8 @@ func BenchmarkExecutions(b *testing.B) {
 		b.Run("Worker", func(b *testing.B) {
 			// As River's Work below: b.N steps queued, then the in-process
 			// worker (8 at once, batched claims and group-committed
-			// completions) runs them all.
+			// completions) runs them all, on a schema of its own.
+			pool, _, en, create := benchEngine(b)
 			for range b.N {
 				if err := create(); err != nil {
 					b.Fatal(err)
@@ -166,6 +150,31 @@ func BenchmarkExecutions(b *testing.B) {
 			})
 		})
 	})
+}
+
+// benchEngine returns an engine on a fresh PostgreSQL schema, and a
+// function that creates a task of type "export".
+func benchEngine(b *testing.B) (*pgxpool.Pool, *pgstore.Store, *execution.Engine[pgx.Tx], func() error) {
+	ctx := context.Background()
+	pool := testdb.Postgres(b)
+	if _, err := pgstore.Migrate(ctx, pool); err != nil {
+		b.Fatal(err)
+	}
+	s, err := pgstore.New(pool, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	en, err := execution.New[pgx.Tx](s, &execution.Config{Types: map[string]execution.TypeConfig{"export": {}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	create := func() error {
+		return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			_, _, err := en.CreateTx(ctx, tx, "app", execution.NewTask{Type: "export", Input: json.RawMessage(`{"order":"o-1"}`)})
+			return err
+		})
+	}
+	return pool, s, en, create
 }
 
 // exportArgs is River's job for the same work.
