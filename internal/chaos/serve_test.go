@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/inbox"
@@ -45,16 +47,20 @@ func currentServeSize() serveSize {
 }
 
 // TestServeChaos runs three `idem serve` processes on one PostgreSQL schema,
-// SIGKILLs one at random again and again, and has HTTP workers that
-// sometimes stall past their lease (as a SIGSTOPped process would) before
-// completing. Every step calls a target that honours Idempotency-Key with
+// SIGKILLs one at random again and again, and has workers that sometimes
+// stall past their lease (as a SIGSTOPped process would) before
+// completing: HTTP workers for the tasks of type export, and in-process
+// workers (execution.Worker, in this process) for those of type ledger,
+// whose handlers write a ledger row in the transaction that completes
+// their step. Every step calls a target that honours Idempotency-Key with
 // the step's key. After the faults stop, every task's execution must be
 // SUCCEEDED within the lease plus a few seconds; the target must have seen
-// one effect per execution; no completion under a stale epoch may have been
-// accepted; every history must be numbered 1, 2, 3… with no gap; and the
-// application's receiver (an idem webhook endpoint in delta mode) must
-// have applied every execution's events, 1, 2, 3… once each, delivered by
-// the relays of processes that were killed again and again.
+// one effect per execution; the ledger must hold one row per ledger step,
+// written under its final claim; no completion under a stale epoch may
+// have been accepted; every history must be numbered 1, 2, 3… with no gap;
+// and the application's receiver (an idem webhook endpoint in delta mode)
+// must have applied every execution's events, 1, 2, 3… once each,
+// delivered by the relays of processes that were killed again and again.
 func TestServeChaos(t *testing.T) {
 	sz := currentServeSize()
 	ctx := context.Background()
@@ -64,6 +70,9 @@ func TestServeChaos(t *testing.T) {
 	}
 	st, err := pgstore.New(pool, nil)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE chaos_ledger (step text NOT NULL, epoch bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	// The application's receiver: an idem webhook endpoint, delta order,
@@ -122,7 +131,7 @@ func TestServeChaos(t *testing.T) {
 	procs := make([]*proxyProc, 3)
 	for i := range procs {
 		procs[i] = &proxyProc{t: t, addr: freeAddr(t), log: filepath.Join(dir, fmt.Sprintf("serve-%d.log", i)),
-			args: []string{"serve", "--store", storeURL, "--task-types", "export", "--lease", "2s", "--key-lease", "2s", "--shutdown-timeout", "2s"}}
+			args: []string{"serve", "--store", storeURL, "--task-types", "export,ledger", "--lease", "2s", "--key-lease", "2s", "--shutdown-timeout", "2s"}}
 		procs[i].start()
 	}
 	defer func() {
@@ -228,6 +237,50 @@ func TestServeChaos(t *testing.T) {
 			}
 		})
 	}
+	// The in-process workers, on a service of this process that serves
+	// nothing (the serve processes' relays deliver its callbacks): one
+	// that heartbeats, and one that never does in time and stalls past its
+	// lease now and then, its completion then fenced and its ledger row
+	// rolled back.
+	inproc, err := serve.New(st, &serve.Config{Types: map[string]execution.TypeConfig{"export": {Lease: 2 * time.Second}, "ledger": {Lease: 2 * time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledgerHandler := func(stall float64) execution.Handler[pgx.Tx] {
+		return func(hctx context.Context, job execution.Job) (execution.Result[pgx.Tx], error) {
+			req, _ := http.NewRequestWithContext(hctx, "POST", target.URL, nil)
+			req.Header.Set("Idempotency-Key", job.Step.IdempotencyKey)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return execution.Result[pgx.Tx]{}, err
+			}
+			res.Body.Close()
+			if rand.Float64() < stall {
+				stalls.Add(1)
+				time.Sleep(3 * time.Second) // past the 2 s lease, no heartbeat
+			}
+			step, epoch := "orders."+job.Step.ID, job.Step.Epoch
+			return execution.Result[pgx.Tx]{Output: json.RawMessage(`{"ok":true}`), Writes: func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO chaos_ledger (step, epoch) VALUES ($1, $2)`, step, epoch)
+				return err
+			}}, nil
+		}
+	}
+	inprocCtx, stopInproc := context.WithCancel(ctx)
+	var inprocWorkers sync.WaitGroup
+	for _, wc := range []struct {
+		stall float64
+		cfg   execution.WorkerConfig
+	}{
+		{0, execution.WorkerConfig{Concurrency: 4, Poll: 50 * time.Millisecond}},
+		{sz.stall, execution.WorkerConfig{Concurrency: 2, Poll: 50 * time.Millisecond, Heartbeat: time.Hour}},
+	} {
+		w, err := inproc.Engine().NewWorker(map[string]execution.Handler[pgx.Tx]{"ledger": ledgerHandler(wc.stall)}, &wc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inprocWorkers.Go(func() { _ = w.Run(inprocCtx) })
+	}
 	// The applications' clients: every task created, retried until 201.
 	execs := make([]string, sz.tasks)
 	var clients sync.WaitGroup
@@ -235,7 +288,7 @@ func TestServeChaos(t *testing.T) {
 		clients.Go(func() {
 			for i := c; i < sz.tasks; i += 4 {
 				for try := 0; ; try++ {
-					code, out, err := call("tok", "POST", "/v1/tasks", fmt.Sprintf("task-%d", i), map[string]any{"type": "export", "input": map[string]any{"n": i}})
+					code, out, err := call("tok", "POST", "/v1/tasks", fmt.Sprintf("task-%d", i), map[string]any{"type": taskType(i), "input": map[string]any{"n": i}})
 					if err == nil && code == 201 {
 						execs[i] = out["execution"].(map[string]any)["id"].(string)
 						break
@@ -275,14 +328,16 @@ func TestServeChaos(t *testing.T) {
 	}
 	close(workersDone)
 	workers.Wait()
+	stopInproc()
+	inprocWorkers.Wait()
 	if len(pending) > 0 {
 		t.Fatalf("%d executions not SUCCEEDED within lease + 5 s after the faults stopped (e.g. %s)", len(pending), pending[0])
 	}
 	// One effect per execution's key, and no other key.
 	tmu.Lock()
-	for _, id := range execs {
-		if effects[id+":export"] != 1 {
-			t.Errorf("execution %s: %d effects at the target", id, effects[id+":export"])
+	for i, id := range execs {
+		if k := id + ":" + taskType(i); effects[k] != 1 {
+			t.Errorf("execution %s: %d effects at the target", id, effects[k])
 		}
 	}
 	if len(effects) != sz.tasks {
@@ -365,6 +420,42 @@ func TestServeChaos(t *testing.T) {
 	}
 	n := len(completes)
 	amu.Unlock()
+	// The ledger: one row per ledger step, written under its final claim.
+	rows, err := pool.Query(ctx, `SELECT step, epoch FROM chaos_ledger`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := map[string][]int64{}
+	for rows.Next() {
+		var step string
+		var epoch int64
+		if err := rows.Scan(&step, &epoch); err != nil {
+			t.Fatal(err)
+		}
+		ledger[step] = append(ledger[step], epoch)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ledgerSteps := 0
+	for i, id := range execs {
+		if taskType(i) != "ledger" {
+			continue
+		}
+		ledgerSteps++
+		steps, err := st.ListSteps(ctx, "orders", id)
+		if err != nil || len(steps) != 1 {
+			t.Fatalf("steps of %s: %v %v", id, steps, err)
+		}
+		step := "orders." + steps[0].ID
+		if got := ledger[step]; len(got) != 1 || got[0] != steps[0].Epoch {
+			t.Errorf("step %s: ledger rows under epochs %v, want one under its final epoch %d", step, got, steps[0].Epoch)
+		}
+		delete(ledger, step)
+	}
+	if len(ledger) != 0 {
+		t.Errorf("ledger rows of no ledger step: %v", ledger)
+	}
 	if kills.Load() == 0 || stalls.Load() == 0 {
 		t.Fatalf("kills %d, stalls %d: the test proved nothing about crashes or stale workers", kills.Load(), stalls.Load())
 	}
@@ -372,8 +463,17 @@ func TestServeChaos(t *testing.T) {
 	for _, n := range want {
 		events += n
 	}
-	t.Logf("%d tasks over 3 serve processes: %d kills, %d stalled workers, %d completions accepted, %d refused as fenced (409), %d refused otherwise; %d repeated calls at the target (one effect per key); %d events applied by the receiver, each once and in order",
-		sz.tasks, kills.Load(), stalls.Load(), n, fenced.Load(), refused.Load(), retries, events)
+	t.Logf("%d tasks over 3 serve processes: %d kills, %d stalled workers, %d HTTP completions accepted, %d refused as fenced (409), %d refused otherwise; %d ledger steps run in process, one ledger row each; %d repeated calls at the target (one effect per key); %d events applied by the receiver, each once and in order",
+		sz.tasks, kills.Load(), stalls.Load(), n, fenced.Load(), refused.Load(), ledgerSteps, retries, events)
+}
+
+// taskType is the type of the chaos test's task i: every other one runs
+// in process.
+func taskType(i int) string {
+	if i%2 == 1 {
+		return "ledger"
+	}
+	return "export"
 }
 
 func eventTypes(evs []store.Event) []string {
