@@ -76,20 +76,27 @@ func (c *checker) unsupported(format string, args ...any) {
 }
 
 // check returns the first nondeterministic finding, else the first
-// unsupported one, else nil.
+// unsupported one, else nil. A key template must read its input.
 func check(root jparse.Node) error {
 	var c checker
 	c.walk(root, true)
-	return c.result()
+	return c.result(true)
 }
 
-func (c *checker) result() error {
+// checkValue is check for an Expression, which may be a constant.
+func checkValue(root jparse.Node) error {
+	var c checker
+	c.walk(root, true)
+	return c.result(false)
+}
+
+func (c *checker) result(mustRead bool) error {
 	switch {
 	case c.nondet != nil:
 		return c.nondet
 	case c.unsup != nil:
 		return c.unsup
-	case !c.reads:
+	case mustRead && !c.reads:
 		return fmt.Errorf("%w: the template reads nothing from the intent, so every intent would get the same key", ErrUnsupported)
 	}
 	return nil

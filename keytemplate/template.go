@@ -177,19 +177,9 @@ func Expr(operation, expr string, cfg *Config) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(expr) > MaxExprBytes {
-		return nil, fmt.Errorf("%w: the expression is %d bytes, longer than %d", ErrUnsupported, len(expr), MaxExprBytes)
-	}
-	// The offset of the expression proper in what the caller gave, so
-	// syntax errors point into the caller's text.
-	body, offset := expr, 0
-	if t := strings.TrimLeft(expr, " \t\r\n"); strings.HasPrefix(t, "=") {
-		offset = len(expr) - len(t) + 1
-		body = expr[offset:]
-	}
-	root, err := parse(body)
+	body, root, err := parseSource(expr)
 	if err != nil {
-		return nil, syntaxError(expr, offset, err)
+		return nil, err
 	}
 	if err := check(root); err != nil {
 		return nil, err
@@ -213,6 +203,25 @@ func Expr(operation, expr string, cfg *Config) (*Template, error) {
 		parts:    parts,
 		prefixed: parts[0].isLit && strings.HasPrefix(parts[0].lit, op+"-"),
 	}, nil
+}
+
+// parseSource parses a template's or an expression's source, after one
+// optional leading "=", and returns the expression proper with its tree.
+// Syntax errors point into the caller's text.
+func parseSource(expr string) (string, jparse.Node, error) {
+	if len(expr) > MaxExprBytes {
+		return "", nil, fmt.Errorf("%w: the expression is %d bytes, longer than %d", ErrUnsupported, len(expr), MaxExprBytes)
+	}
+	body, offset := expr, 0
+	if t := strings.TrimLeft(expr, " \t\r\n"); strings.HasPrefix(t, "=") {
+		offset = len(expr) - len(t) + 1
+		body = expr[offset:]
+	}
+	root, err := parse(body)
+	if err != nil {
+		return "", nil, syntaxError(expr, offset, err)
+	}
+	return body, root, nil
 }
 
 // Func defines a template from a Go function. It receives a fresh copy of
