@@ -111,7 +111,7 @@ func Compile(d *Definition, opts *Options) (*Workflow, []Problem, error) {
 	}
 	c.vertices()
 	c.edges()
-	if len(c.probs) == 0 {
+	if !c.broken {
 		c.graph()
 	}
 	if err := c.probs.err(); err != nil {
@@ -125,12 +125,16 @@ type compiler struct {
 	w     *Workflow
 	probs problems
 	warns problems
+	// broken: the graph itself is unsound (an id, the ENTRY_POINT, an
+	// edge's end), so its paths cannot be checked.
+	broken bool
 }
 
 func (c *compiler) vertices() {
 	d := c.w.def
 	if len(d.Vertices) == 0 {
 		c.probs.add("/vertices", "a workflow needs vertices: an ENTRY_POINT, an END and what runs between")
+		c.broken = true
 		return
 	}
 	ends := 0
@@ -139,9 +143,11 @@ func (c *compiler) vertices() {
 		switch {
 		case !idPattern.MatchString(v.ID):
 			c.probs.add(at+"/id", "%q: an id is 1 to 63 lowercase letters, digits, '_' and '-', starting with a letter or digit", v.ID)
+			c.broken = true
 			continue
 		case c.w.steps[v.ID] != nil:
 			c.probs.add(at+"/id", "%q is the id of an earlier vertex too", v.ID)
+			c.broken = true
 			continue
 		}
 		st := &step{id: v.ID, typ: v.Type}
@@ -176,6 +182,7 @@ func (c *compiler) vertices() {
 	}
 	if c.w.entry == "" {
 		c.probs.add("/vertices", "no ENTRY_POINT: a workflow has one, where its trigger's payload enters")
+		c.broken = true
 	}
 	if ends == 0 {
 		c.probs.add("/vertices", "no END: a run must have somewhere to finish")
@@ -480,6 +487,7 @@ func (c *compiler) edges() {
 	for i, e := range c.w.def.Edges {
 		at := fmt.Sprintf("/edges/%d", i)
 		from, to := c.w.steps[e.From], c.w.steps[e.To]
+		c.broken = c.broken || from == nil || to == nil
 		switch {
 		case from == nil:
 			c.probs.add(at+"/from", "no vertex %q", e.From)
@@ -544,6 +552,9 @@ func (c *compiler) graph() {
 	}
 	for i, v := range c.w.def.Vertices {
 		at := fmt.Sprintf("/vertices/%d", i)
+		if rs := c.w.out[v.ID]; len(rs) > 0 && !slices.ContainsFunc(rs, func(r route) bool { return r.cond == nil }) {
+			c.warns.add(at, "every edge from %q has a condition: when none holds, the run fails there (add a last edge without one)", v.ID)
+		}
 		switch {
 		case !reached[v.ID]:
 			c.probs.add(at, "%q is not reached from the ENTRY_POINT", v.ID)

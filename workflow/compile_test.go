@@ -187,16 +187,20 @@ func TestInvalidDefinitions(t *testing.T) {
 }
 
 // Warnings do not refuse a definition: a POST with no key and no verify, an
-// edge that is never taken.
+// edge that is never taken, a vertex whose every edge has a condition.
 func TestWarnings(t *testing.T) {
 	d := checkout()
 	delete(config(d, 1)["headers"].(map[string]any), "Idempotency-Key")
 	addEdge(d, "charge", "done", "= payload.again")
+	addVertex(d, map[string]any{"id": "audit", "type": "TRANSFORM", "config": map[string]any{"output": 1}})
+	addEdge(d, "charge", "audit", "")
+	addEdge(d, "audit", "done", "= payload.ok")
 	warns, err := compile(t, d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"/vertices/1/config/headers": "without an Idempotency-Key", "/edges/2": "never taken"}
+	want := map[string]string{"/vertices/1/config/headers": "without an Idempotency-Key", "/edges/2": "never taken",
+		"/vertices/3": "every edge from \"audit\""}
 	for _, w := range warns {
 		if strings.Contains(w.Reason, want[w.Path]) {
 			delete(want, w.Path)
@@ -218,22 +222,9 @@ func TestKeyOperationFromTheVertex(t *testing.T) {
 
 // YAML is the same structure.
 func TestYAML(t *testing.T) {
-	def, err := workflow.Parse([]byte(`
-vertices:
-  - id: start
-    type: ENTRY_POINT
-    config: {idempotencyFields: order.id}
-  - id: charge
-    type: GATEWAY
-    config:
-      method: POST
-      url: https://api.payments.example/v1/charges
-      headers:
-        Idempotency-Key: "= 'charge-' & payload.order.id"
-  - {id: done, type: END}
-edges:
-  - {from: start, to: charge}
-  - {from: charge, to: done}
+	def, err := workflow.Parse([]byte(`# the seed's checkout, flow style
+vertices: [{id: start, type: ENTRY_POINT}, {id: ship, type: TRANSFORM, config: {output: {order: "= payload.order.id"}}}, {id: done, type: END}]
+edges: [{from: start, to: ship}, {from: ship, to: done, condition: "= steps.ship.order != null"}]
 `))
 	if err != nil {
 		t.Fatal(err)

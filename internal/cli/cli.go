@@ -81,6 +81,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newWebhookCmd())
 	root.AddCommand(newInboxCmd())
 	root.AddCommand(newOutboxCmd())
+	root.AddCommand(newWorkflowCmd())
 	root.AddCommand(newTemplateCmd())
 	return root
 }
