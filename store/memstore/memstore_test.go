@@ -28,6 +28,9 @@ var (
 	openApps storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
 		return storetest.Subject[*memstore.Tx]{Store: memstore.NewApps()}
 	}
+	openDefinitions storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
+		return storetest.Subject[*memstore.Tx]{Store: memstore.NewDefinitions()}
+	}
 	openExecutions storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
 		return storetest.Subject[*memstore.Tx]{Store: memstore.NewExecutions(memstore.NewInbox()), Ledger: &memLedger{rows: map[string]int{}}}
 	}
@@ -35,7 +38,7 @@ var (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, open := range []storetest.Open[*memstore.Tx]{openRecords, openInbox, openOutbox, openExecutions, openApps} {
+	for _, open := range []storetest.Open[*memstore.Tx]{openRecords, openInbox, openOutbox, openExecutions, openApps, openDefinitions} {
 		storetest.Exercise(t, open)
 	}
 }
