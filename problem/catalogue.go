@@ -69,6 +69,10 @@ const (
 	SlugFenced              = "fenced"
 	SlugCursorInvalid       = "cursor-invalid"
 	SlugRequestInvalid      = "request-invalid"
+
+	// idem serve: workflows.
+
+	SlugDefinitionInvalid = "definition-invalid"
 )
 
 // titles holds every catalogued slug's title.
@@ -117,6 +121,8 @@ var titles = map[string]string{
 	SlugFenced:              "The claim is no longer held",
 	SlugCursorInvalid:       "Invalid cursor",
 	SlugRequestInvalid:      "Invalid request",
+
+	SlugDefinitionInvalid: "The definition is invalid",
 }
 
 // Title returns the title of a catalogued slug, and "" for any other.

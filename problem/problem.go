@@ -20,6 +20,16 @@ type Details struct {
 	Title  string `json:"title"`  // the same for every occurrence of Type
 	Status int    `json:"status"` // the response's status code
 	Detail string `json:"detail,omitempty"`
+	// Errors, an extension member, lists the faults of a document the
+	// request carried, each at its place in it (definition-invalid).
+	Errors []FieldError `json:"errors,omitempty"`
+}
+
+// FieldError is one fault of a document: the JSON Pointer (RFC 6901) of
+// the field at fault, and why.
+type FieldError struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 // Write sends d as the whole response, with status d.Status: Content-Type
@@ -28,7 +38,7 @@ type Details struct {
 // (such as Retry-After or Connection: close) are sent with it.
 func (d Details) Write(w http.ResponseWriter) {
 	b, err := json.Marshal(d)
-	if err != nil { // strings and an int always marshal
+	if err != nil { // strings and ints always marshal
 		b = []byte(`{"type":"about:blank"}`)
 	}
 	h := w.Header()

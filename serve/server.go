@@ -30,6 +30,7 @@ type Store[TX any] interface {
 	execution.Store[TX]
 	store.OutboxStore[TX]
 	store.AppTxStore[TX]
+	store.DefinitionStore
 }
 
 // Config configures a Server.
@@ -181,6 +182,8 @@ func (srv *Server[TX]) routes() {
 	app("GET /v1/executions/{id}/events", srv.listEvents)
 	app("POST /v1/executions/{id}/cancel", srv.cancel)
 	app("POST /v1/executions/{id}/steps/{stepId}/resolve", srv.resolve)
+	app("PUT /v1/workflows/{name}", srv.putWorkflow)
+	app("GET /v1/workflows/{name}", srv.getWorkflow)
 	worker := func(pattern string, h http.HandlerFunc) { srv.mux.Handle(pattern, srv.asWorker(h)) }
 	worker("POST /v1/worker/claim", srv.claim)
 	worker("POST /v1/worker/steps/{id}/heartbeat", srv.heartbeat)
@@ -318,9 +321,8 @@ func (srv *Server[TX]) failed(w http.ResponseWriter, r *http.Request, err error)
 	}
 }
 
-// decode reads a JSON body into v (at most MaxBody); an empty body leaves
-// v as it is.
-func (srv *Server[TX]) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+// body reads the request's body (at most MaxBody), or answers why not.
+func (srv *Server[TX]) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, srv.cfg.MaxBody))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -328,6 +330,16 @@ func (srv *Server[TX]) decode(w http.ResponseWriter, r *http.Request, v any) boo
 		} else {
 			srv.problem(w, problem.SlugBodyUnreadable, http.StatusBadRequest, "")
 		}
+		return nil, false
+	}
+	return b, true
+}
+
+// decode reads a JSON body into v (at most MaxBody); an empty body leaves
+// v as it is.
+func (srv *Server[TX]) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	b, ok := srv.body(w, r)
+	if !ok {
 		return false
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {

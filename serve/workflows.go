@@ -1,0 +1,134 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+
+	"github.com/idemhq/idem/problem"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/workflow"
+)
+
+// Kinds of definitions in the store.
+const kindWorkflow = "workflow"
+
+var definitionName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// definitionReply is what PUT answers.
+type definitionReply struct {
+	Name     string             `json:"name"`
+	Version  int                `json:"version"`
+	Warnings []workflow.Problem `json:"warnings,omitempty"`
+}
+
+// putWorkflow checks a definition (JSON or YAML) and stores it as the
+// application's workflow's next version: 201, or 200 when it is the latest
+// version already.
+func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
+	name, ok := srv.definitionName(w, r)
+	if !ok {
+		return
+	}
+	b, ok := srv.body(w, r)
+	if !ok {
+		return
+	}
+	def, err := workflow.Parse(b)
+	var warns []workflow.Problem
+	if err == nil {
+		// Secrets and connections are not checked against the
+		// application yet: it has none of either so far.
+		_, warns, err = workflow.Compile(def, nil)
+	}
+	if inv, ok := errors.AsType[*workflow.InvalidError](err); ok {
+		d := problem.Details{Type: srv.cfg.ProblemBase + problem.SlugDefinitionInvalid, Title: problem.Title(problem.SlugDefinitionInvalid),
+			Status: http.StatusUnprocessableEntity, Detail: "the definition was not stored"}
+		for _, p := range inv.Problems {
+			d.Errors = append(d.Errors, problem.FieldError{Path: p.Path, Reason: p.Reason})
+		}
+		d.Write(w)
+		return
+	}
+	if err != nil {
+		srv.unavailable(w, r, err)
+		return
+	}
+	body, err := canonical(def)
+	if err != nil {
+		srv.unavailable(w, r, err)
+		return
+	}
+	k := store.DefinitionKey{App: appFrom(r.Context()), Kind: kindWorkflow, Name: name}
+	d, created, err := srv.s.PutDefinition(r.Context(), k, body, srv.cfg.Now())
+	if err != nil {
+		srv.unavailable(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	reply(w, status, definitionReply{Name: name, Version: d.Version, Warnings: warns})
+}
+
+// getWorkflow answers a version of the application's workflow (the latest
+// without ?version), with its name and version.
+func (srv *Server[TX]) getWorkflow(w http.ResponseWriter, r *http.Request) {
+	name, ok := srv.definitionName(w, r)
+	if !ok {
+		return
+	}
+	version := 0
+	if v := r.URL.Query().Get("version"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, "version: a positive whole number")
+			return
+		}
+		version = n
+	}
+	d, err := srv.s.GetDefinition(r.Context(), store.DefinitionKey{App: appFrom(r.Context()), Kind: kindWorkflow, Name: name}, version)
+	if err != nil {
+		srv.failed(w, r, err)
+		return
+	}
+	var out map[string]any
+	if err := json.Unmarshal(d.Body, &out); err != nil {
+		srv.unavailable(w, r, err)
+		return
+	}
+	out["name"], out["version"] = name, d.Version
+	reply(w, http.StatusOK, out)
+}
+
+// definitionName reads the {name} of a definition's path.
+func (srv *Server[TX]) definitionName(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name := r.PathValue("name")
+	if !definitionName.MatchString(name) {
+		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, "name: 1 to 63 lowercase letters, digits, '_' and '-'")
+		return "", false
+	}
+	return name, true
+}
+
+// canonical is def as compact JSON with every object's keys sorted, so
+// that one definition always gives the same bytes, however it was written
+// (JSON or YAML, any key order or spacing): a put of the same definition is
+// no new version.
+func canonical(def *workflow.Definition) ([]byte, error) {
+	b, err := json.Marshal(def)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
