@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemhq/idem/internal/canonjson"
 	"github.com/idemhq/idem/key"
 )
 
@@ -43,7 +44,7 @@ func (s *settings) request(r *http.Request, body []byte) (key.Fingerprint, func(
 // fingerprint hashes what makes two requests "the same": method, path,
 // canonical query, the significant headers, and the body as the mode says,
 // under the given version (see fingerprintVersion). It returns a
-// *bodyError when the body does not suit a JSON mode.
+// *canonjson.Error when the body does not suit a JSON mode.
 func (s *settings) fingerprint(r *http.Request, body []byte, version byte) (key.Fingerprint, error) {
 	parts := make([][]byte, 0, 8+2*len(s.sig)+2*len(s.fields))
 	parts = append(parts, fingerprintTag, []byte(r.Method), []byte(normalisePath(r.URL.EscapedPath())))
@@ -56,13 +57,13 @@ func (s *settings) fingerprint(r *http.Request, body []byte, version byte) (key.
 	case bodyRaw:
 		parts = append(parts, body)
 	case bodyJSON:
-		c, err := canonicalBody(body)
+		c, err := canonjson.Canonical(body)
 		if err != nil {
 			return nil, err
 		}
 		parts = append(parts, c)
 	case bodyFields:
-		vals, err := fieldValues(body, s.fields)
+		vals, err := canonjson.Fields(body, s.fields)
 		if err != nil {
 			return nil, err
 		}

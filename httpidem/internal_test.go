@@ -105,65 +105,6 @@ func TestFingerprintParts(t *testing.T) {
 	}
 }
 
-func TestDecimal(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		lit    string
-		digits string
-		exp    int
-	}{
-		{"0", "", 0}, {"-0.000", "", 0}, {"1", "1", 1}, {"100", "1", 3}, {"1e2", "1", 3}, {"0.001", "1", -2},
-		{"12.50", "125", 2}, {"1.5E-3", "15", -2}, {"-9007199254740993", "9007199254740993", 16},
-		{"3.0000000000000004e-1", "30000000000000004", 0},
-	} {
-		if d, e := decimal(tt.lit); d != tt.digits || e != tt.exp {
-			t.Errorf("decimal(%q) = %q, %d; want %q, %d", tt.lit, d, e, tt.digits, tt.exp)
-		}
-	}
-}
-
-// The strict check in front of jcs refuses exactly what jcs would get
-// wrong, and accepts the I-JSON that JavaScript writes.
-func TestCheckIJSON(t *testing.T) {
-	t.Parallel()
-	for _, ok := range []string{
-		`{"a":[1,2.5,-0,1e21,0.30000000000000004,5e-324,1.7976931348623157e308]}`,
-		`"\ud83d\ude00 é"`, `{"a":{"a":{"a":1}}}`, `[{"a":1},{"a":1}]`, `123456789012345`, `9007199254740992`,
-		`0.1234567890123456`, `true`, `null`,
-	} {
-		if err := checkIJSON([]byte(ok)); err != nil {
-			t.Errorf("checkIJSON(%s) = %v, want ok", ok, err)
-		}
-		if _, err := canonicalBody([]byte(ok)); err != nil {
-			t.Errorf("canonicalBody(%s) = %v", ok, err)
-		}
-	}
-	for _, bad := range []string{
-		`{"abc`, `[1 2]`, `[tr ue]`, `{"a":1,"a":2}`, `"\ud800\u0041"`, `"\udc00"`, "\"\xc3\x28\"",
-		`9007199254740993`, `1e400`, `1e-400`, `0.12345678901234567`, `{"a":1}x`,
-	} {
-		if err := checkIJSON([]byte(bad)); err == nil {
-			t.Errorf("checkIJSON(%q) accepted", bad)
-		}
-	}
-}
-
-func TestCanonicalForm(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		` { "b" : [ 1.0 , 2E1 ], "a" : "\u00e9\/" } `: `{"a":"é/","b":[1,20]}`,
-		`{"\u20ac":1,"\ud83d\ude00":2,"a":3}`:         `{"a":3,"€":1,"😀":2}`, // UTF-16 order
-		`1E21`:                                        `1e+21`,
-		`-0`:                                          `0`,
-		`"\u000f"`:                                    `"\u000f"`,
-	} {
-		got, err := canonicalBody([]byte(in))
-		if err != nil || string(got) != want {
-			t.Errorf("canonicalBody(%s) = %s, %v; want %s", in, got, err, want)
-		}
-	}
-}
-
 func TestStoredEncoding(t *testing.T) {
 	t.Parallel()
 	h := http.Header{"Content-Type": {"application/json"}, "Location": {"/x"}, "Set-Cookie": {"s=1"}}

@@ -52,7 +52,7 @@ var layers = []struct {
 	{surface, []string{"httpidem", "proxy", "webhook", "serve"}},
 	{adapter, []string{"prom"}},
 	{concern, []string{"key", "inbox", "order", "outbox", "keytemplate", "execution", "workflow"}},
-	{wire, []string{"event", "signature", "problem"}},
+	{wire, []string{"event", "signature", "problem", "internal/canonjson"}},
 	{storeAPI, []string{"store"}},
 	{storeImpl, []string{"store/memstore", "store/sqlitestore", "store/pgstore", "store/redisstore"}},
 	{machinery, []string{"internal/migrate", "internal/loop"}},

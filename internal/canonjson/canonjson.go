@@ -1,4 +1,9 @@
-package httpidem
+// Package canonjson puts JSON documents in their RFC 8785 canonical form,
+// strictly: only I-JSON (RFC 7493) whose canonical form is faithful is
+// accepted, so that two documents share a canonical form only when they
+// hold the same data. Request fingerprints (httpidem) and workflow trigger
+// identities (workflow) are computed from it.
+package canonjson
 
 import (
 	"encoding/json"
@@ -12,16 +17,17 @@ import (
 	"github.com/gowebpki/jcs"
 )
 
-// bodyError says why a body cannot be fingerprinted in a JSON mode.
-type bodyError struct{ reason string }
+// Error says why a document cannot be put in canonical form.
+type Error struct{ Reason string }
 
-func (e *bodyError) Error() string { return e.reason }
+// Error returns the reason.
+func (e *Error) Error() string { return e.Reason }
 
-func badBody(format string, args ...any) error {
-	return &bodyError{fmt.Sprintf(format, args...)}
+func errorf(format string, args ...any) error {
+	return &Error{fmt.Sprintf(format, args...)}
 }
 
-// canonicalBody returns the RFC 8785 canonical form of an I-JSON body, or
+// Canonical returns the RFC 8785 canonical form of an I-JSON body, or
 // an empty slice for an empty (or all-whitespace) body. Canonical JSON is
 // never empty, so the two never meet.
 //
@@ -29,41 +35,41 @@ func badBody(format string, args ...any) error {
 // malformed input ("[1 2]" comes out as "[12]", "{\"a" as "{}", an unpaired
 // surrogate swallows the next escape), which would let two different bodies
 // share a fingerprint. So the body is first checked strictly: json.Valid
-// for the syntax, then checkIJSON for what I-JSON (RFC 7493) adds.
-func canonicalBody(body []byte) ([]byte, error) {
-	b := trimJSONSpace(body)
+// for the syntax, then Check for what I-JSON (RFC 7493) adds.
+func Canonical(body []byte) ([]byte, error) {
+	b := TrimSpace(body)
 	if len(b) == 0 {
 		return []byte{}, nil
 	}
-	if err := checkIJSON(b); err != nil {
+	if err := Check(b); err != nil {
 		return nil, err
 	}
 	return canonical(b)
 }
 
-// canonical canonicalises b, which checkIJSON accepted (or a part of it).
+// canonical canonicalises b, which Check accepted (or a part of it).
 func canonical(b []byte) ([]byte, error) {
 	out, err := jcs.Transform(b)
 	if err != nil {
-		return nil, badBody("the body cannot be put in RFC 8785 canonical form: %v", err)
+		return nil, errorf("the body cannot be put in RFC 8785 canonical form: %v", err)
 	}
 	return out, nil
 }
 
-// fieldValues returns, for each path (sorted), the canonical form of the
+// Fields returns, for each path (sorted), the canonical form of the
 // member it names, or an empty slice when it is missing. An empty body has
 // every member missing.
-func fieldValues(body []byte, paths [][]string) ([][]byte, error) {
-	b := trimJSONSpace(body)
+func Fields(body []byte, paths [][]string) ([][]byte, error) {
+	b := TrimSpace(body)
 	if len(b) > 0 {
-		if err := checkIJSON(b); err != nil {
+		if err := Check(b); err != nil {
 			return nil, err
 		}
 	}
 	out := make([][]byte, 0, 2*len(paths))
 	for _, p := range paths {
 		out = append(out, []byte(strings.Join(p, ".")))
-		raw, ok := lookup(b, p)
+		raw, ok := Lookup(b, p)
 		if !ok {
 			out = append(out, []byte{})
 			continue
@@ -79,7 +85,8 @@ func fieldValues(body []byte, paths [][]string) ([][]byte, error) {
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-func trimJSONSpace(b []byte) []byte {
+// TrimSpace returns b without the JSON whitespace around it.
+func TrimSpace(b []byte) []byte {
 	for len(b) > 0 && isJSONSpace(b[0]) {
 		b = b[1:]
 	}
@@ -89,7 +96,7 @@ func trimJSONSpace(b []byte) []byte {
 	return b
 }
 
-// checkIJSON accepts b when it is one JSON value (RFC 8259) that is also
+// Check accepts b when it is one JSON value (RFC 8259) that is also
 // I-JSON (RFC 7493) and whose canonical form is faithful:
 //   - no object has two members with the same name (after unescaping);
 //   - strings are valid UTF-8 and every \u escape of a surrogate is one
@@ -101,9 +108,9 @@ func trimJSONSpace(b []byte) []byte {
 //     JavaScript writes 0.30000000000000004); 1e-400 (which would become
 //     0) and 9007199254740993 (which RFC 8785 would turn into
 //     9007199254740992) are refused rather than confused with another.
-func checkIJSON(b []byte) error {
+func Check(b []byte) error {
 	if !json.Valid(b) {
-		return badBody("the body is not valid JSON")
+		return errorf("the body is not valid JSON")
 	}
 	s := scanner{b: b}
 	s.ws()
@@ -146,7 +153,7 @@ func (s *scanner) check() error {
 				return err
 			}
 			if _, dup := seen[name]; dup {
-				return badBody("the body has two members named %q in one object", name)
+				return errorf("the body has two members named %q in one object", name)
 			}
 			seen[name] = struct{}{}
 			s.ws()
@@ -202,7 +209,7 @@ func (s *scanner) str(decode bool) (string, error) {
 			raw := s.b[start:s.i]
 			s.i++
 			if !utf8.Valid(raw) {
-				return "", badBody("the body has a string that is not valid UTF-8")
+				return "", errorf("the body has a string that is not valid UTF-8")
 			}
 			if decode {
 				out = append(out, raw...)
@@ -215,7 +222,7 @@ func (s *scanner) str(decode bool) (string, error) {
 		// An escape: flush the plain bytes before it.
 		raw := s.b[start:s.i]
 		if !utf8.Valid(raw) {
-			return "", badBody("the body has a string that is not valid UTF-8")
+			return "", errorf("the body has a string that is not valid UTF-8")
 		}
 		if decode {
 			out = append(out, raw...)
@@ -232,28 +239,28 @@ func (s *scanner) str(decode bool) (string, error) {
 		}
 		r, ok := s.hex4()
 		if !ok {
-			return "", badBody("the body has a bad \\u escape")
+			return "", errorf("the body has a bad \\u escape")
 		}
 		switch {
 		case utf16.IsSurrogate(r) && r < 0xdc00: // high half: a low half must follow
 			if s.i+1 >= len(s.b) || s.b[s.i] != '\\' || s.b[s.i+1] != 'u' {
-				return "", badBody("the body has an unpaired surrogate escape \\u%04x", r)
+				return "", errorf("the body has an unpaired surrogate escape \\u%04x", r)
 			}
 			s.i += 2
 			lo, ok := s.hex4()
 			if !ok || lo < 0xdc00 || lo > 0xdfff {
-				return "", badBody("the body has an unpaired surrogate escape \\u%04x", r)
+				return "", errorf("the body has an unpaired surrogate escape \\u%04x", r)
 			}
 			r = utf16.DecodeRune(r, lo)
 		case utf16.IsSurrogate(r):
-			return "", badBody("the body has an unpaired surrogate escape \\u%04x", r)
+			return "", errorf("the body has an unpaired surrogate escape \\u%04x", r)
 		}
 		if decode {
 			out = utf8.AppendRune(out, r)
 		}
 		start = s.i
 	}
-	return "", badBody("the body has an unterminated string")
+	return "", errorf("the body has an unterminated string")
 }
 
 // unescape returns the byte a one-letter JSON escape stands for.
@@ -286,7 +293,7 @@ func (s *scanner) hex4() (rune, bool) {
 }
 
 // num reads a number at s.i and checks that it names one double exactly
-// (see checkIJSON).
+// (see Check).
 func (s *scanner) num() error {
 	start := s.i
 	for s.i < len(s.b) && strings.IndexByte("+-0123456789.eE", s.b[s.i]) >= 0 {
@@ -295,7 +302,7 @@ func (s *scanner) num() error {
 	lit := string(s.b[start:s.i])
 	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil {
-		return badBody("the body has a number out of the IEEE 754 double range: %.40s", lit)
+		return errorf("the body has a number out of the IEEE 754 double range: %.40s", lit)
 	}
 	digits, exp := decimal(lit)
 	// Fifteen significant digits always survive the trip through a normal
@@ -305,7 +312,7 @@ func (s *scanner) num() error {
 	}
 	sd, se := decimal(strconv.FormatFloat(f, 'e', -1, 64))
 	if sd != digits || se != exp {
-		return badBody("the body has a number with more precision than a double holds (%.40s); "+
+		return errorf("the body has a number with more precision than a double holds (%.40s); "+
 			"RFC 8785 would merge it with a neighbour: send it as a string", lit)
 	}
 	return nil
@@ -338,10 +345,10 @@ func decimal(lit string) (string, int) {
 }
 
 // lookup returns the raw JSON of the member that path names in b (valid,
-// checked by checkIJSON, trimmed; empty means no body), and whether it
+// checked by Check, trimmed; empty means no body), and whether it
 // exists. A segment selects an object member by name, or an array element
 // by a canonical decimal index.
-func lookup(b []byte, path []string) ([]byte, bool) {
+func Lookup(b []byte, path []string) ([]byte, bool) {
 	if len(b) == 0 {
 		return nil, false
 	}
