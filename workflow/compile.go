@@ -234,6 +234,10 @@ func (c *compiler) entry(at string, cfg map[string]json.RawMessage, st *step) {
 		}
 		st.fields = append(st.fields, strings.Split(f, "."))
 	}
+	// Sorted, so that the order they are listed in does not change a
+	// run's identity.
+	slices.SortFunc(st.fields, func(a, b []string) int { return strings.Compare(strings.Join(a, "."), strings.Join(b, ".")) })
+	st.fields = slices.CompactFunc(st.fields, func(a, b []string) bool { return slices.Equal(a, b) })
 }
 
 func (c *compiler) gateway(at, id string, cfg map[string]json.RawMessage) *gateway {

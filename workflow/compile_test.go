@@ -42,13 +42,18 @@ func addEdge(d map[string]any, from, to, cond string) {
 	d["edges"] = append(d["edges"].([]any), e)
 }
 
-func compile(t *testing.T, d map[string]any, opts *workflow.Options) ([]workflow.Problem, error) {
+func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
-	b, err := json.Marshal(d)
+	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	def, err := workflow.Parse(b)
+	return b
+}
+
+func compile(t *testing.T, d map[string]any, opts *workflow.Options) ([]workflow.Problem, error) {
+	t.Helper()
+	def, err := workflow.Parse(mustJSON(t, d))
 	if err != nil {
 		return nil, err
 	}
