@@ -21,6 +21,8 @@ type Executions struct {
 	execs  map[appID]store.Execution
 	events map[appID][]store.Event // by execution
 	steps  map[appID]store.Step
+	// triggers are the workflow triggers' identities (trigger.go).
+	triggers map[triggerKey]store.Trigger
 }
 
 // appID names a row of one application.
@@ -35,7 +37,7 @@ var (
 // transactions.
 func NewExecutions(in *Inbox) *Executions {
 	return &Executions{in: in, tasks: map[appID]store.Task{}, execs: map[appID]store.Execution{}, events: map[appID][]store.Event{},
-		steps: map[appID]store.Step{}}
+		steps: map[appID]store.Step{}, triggers: map[triggerKey]store.Trigger{}}
 }
 
 // InTx runs fn in a transaction of the underlying Inbox.

@@ -91,6 +91,7 @@ func Exercise[TX any](t *testing.T, open Open[TX]) {
 		{"ExecutionStore", Implements[store.ExecutionStore[TX]](t, probe.Store), true, exerciseExecutions[TX]},
 		{"AppStore", Implements[store.AppStore](t, probe.Store), false, exerciseApps[TX]},
 		{"DefinitionStore", Implements[store.DefinitionStore](t, probe.Store), false, exerciseDefinitions[TX]},
+		{"TriggerStore", Implements[store.TriggerStore[TX]](t, probe.Store), false, exerciseTriggers[TX]},
 		{"StepStore", Implements[store.StepStore[TX]](t, probe.Store) && Implements[store.ExecutionStore[TX]](t, probe.Store), false, exerciseSteps[TX]},
 	}
 	ran := 0
