@@ -1,11 +1,9 @@
 package serve
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"regexp"
 	"strconv"
 
 	"github.com/idemhq/idem/problem"
@@ -15,8 +13,6 @@ import (
 
 // Kinds of definitions in the store.
 const kindWorkflow = "workflow"
-
-var definitionName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // definitionReply is what PUT answers.
 type definitionReply struct {
@@ -37,13 +33,9 @@ func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	def, err := workflow.Parse(b)
-	var warns []workflow.Problem
-	if err == nil {
-		// Secrets and connections are not checked against the
-		// application yet: it has none of either so far.
-		_, warns, err = workflow.Compile(def, nil)
-	}
+	// Secrets and connections are not checked against the application
+	// yet: it has none of either so far.
+	_, body, warns, err := workflow.Load(b, nil)
 	if inv, ok := errors.AsType[*workflow.InvalidError](err); ok {
 		d := problem.Details{Type: srv.cfg.ProblemBase + problem.SlugDefinitionInvalid, Title: problem.Title(problem.SlugDefinitionInvalid),
 			Status: http.StatusUnprocessableEntity, Detail: "the definition was not stored"}
@@ -53,11 +45,6 @@ func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
 		d.Write(w)
 		return
 	}
-	if err != nil {
-		srv.unavailable(w, r, err)
-		return
-	}
-	body, err := canonical(def)
 	if err != nil {
 		srv.unavailable(w, r, err)
 		return
@@ -108,27 +95,9 @@ func (srv *Server[TX]) getWorkflow(w http.ResponseWriter, r *http.Request) {
 // definitionName reads the {name} of a definition's path.
 func (srv *Server[TX]) definitionName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	name := r.PathValue("name")
-	if !definitionName.MatchString(name) {
+	if !workflow.ValidName(name) {
 		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, "name: 1 to 63 lowercase letters, digits, '_' and '-'")
 		return "", false
 	}
 	return name, true
-}
-
-// canonical is def as compact JSON with every object's keys sorted, so
-// that one definition always gives the same bytes, however it was written
-// (JSON or YAML, any key order or spacing): a put of the same definition is
-// no new version.
-func canonical(def *workflow.Definition) ([]byte, error) {
-	b, err := json.Marshal(def)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	return json.Marshal(v)
 }

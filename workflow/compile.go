@@ -99,6 +99,36 @@ var (
 	methods       = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
 )
 
+// Load parses data (JSON or YAML), checks it against opts and returns it
+// compiled, in canonical form (compact JSON, every object's keys sorted:
+// one definition always gives the same bytes, however it was written, so
+// storing it again is no new version) and with its warnings; or an
+// *InvalidError (ErrInvalid) listing every problem.
+func Load(data []byte, opts *Options) (*Workflow, []byte, []Problem, error) {
+	def, err := Parse(data)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	w, warns, err := Compile(def, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	b, err := json.Marshal(def)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, nil, nil, err
+	}
+	if b, err = json.Marshal(v); err != nil {
+		return nil, nil, nil, err
+	}
+	return w, b, warns, nil
+}
+
 // Compile checks d against opts and returns it compiled, with its
 // warnings; or an *InvalidError (ErrInvalid) listing every problem.
 func Compile(d *Definition, opts *Options) (*Workflow, []Problem, error) {

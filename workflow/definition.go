@@ -40,6 +40,11 @@ type Edge struct {
 	Condition string `json:"condition,omitempty"`
 }
 
+// ValidName reports whether name may name a stored workflow (or a
+// connection): 1 to 63 lowercase letters, digits, '_' and '-', starting
+// with a letter or digit, as a vertex's id.
+func ValidName(name string) bool { return idPattern.MatchString(name) }
+
 // ErrInvalid is wrapped by every error of a definition that cannot be
 // stored or run; errors.As finds its *InvalidError.
 var ErrInvalid = errors.New("workflow: invalid definition")

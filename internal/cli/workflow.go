@@ -1,13 +1,19 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/workflow"
 )
 
@@ -18,13 +24,13 @@ const maxDefinition = 1 << 20
 func newWorkflowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "workflow",
-		Short: "Check workflow definitions (JSON or YAML) before storing them",
+		Short: "Check workflow definitions (JSON or YAML) and store them for idem serve",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return usagef("missing subcommand: validate (see idem workflow --help)")
+			return usagef("missing subcommand: validate or apply (see idem workflow --help)")
 		},
 	}
-	cmd.AddCommand(newWorkflowValidateCmd())
+	cmd.AddCommand(newWorkflowValidateCmd(), newWorkflowApplyCmd())
 	return cmd
 }
 
@@ -50,44 +56,111 @@ Exit codes: 0 the definition is valid, 1 it is not, 2 usage (no such file).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var data []byte
-			var err error
-			if args[0] == "-" {
-				data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxDefinition))
-			} else {
-				data, err = os.ReadFile(args[0])
-			}
-			if err != nil {
-				return usagef("%v", err)
-			}
-			opts := &workflow.Options{}
-			if len(secrets) > 0 || len(connections) > 0 {
-				opts.Secrets, opts.Connections = append([]string{}, secrets...), append([]string{}, connections...)
-			}
-			def, err := workflow.Parse(data)
-			var warns []workflow.Problem
-			if err == nil {
-				_, warns, err = workflow.Compile(def, opts)
-			}
-			out := cmd.OutOrStdout()
-			var inv *workflow.InvalidError
-			if errors.As(err, &inv) {
-				for _, p := range inv.Problems {
-					fmt.Fprintln(out, p)
-				}
-				return fmt.Errorf("%s: %d problems", args[0], len(inv.Problems))
-			}
+			_, def, warns, err := loadDefinition(cmd, args[0], secrets, connections)
 			if err != nil {
 				return err
 			}
+			out := cmd.OutOrStdout()
 			for _, w := range warns {
 				fmt.Fprintln(out, "warning:", w)
 			}
-			fmt.Fprintf(out, "%s: valid (%d vertices, %d edges)\n", args[0], len(def.Vertices), len(def.Edges))
+			var d workflow.Definition
+			_ = json.Unmarshal(def, &d)
+			fmt.Fprintf(out, "%s: valid (%d vertices, %d edges)\n", args[0], len(d.Vertices), len(d.Edges))
 			return nil
 		},
 	}
 	cmd.Flags().StringSliceVar(&secrets, "secret", nil, "a secret name the application defines (repeat, or comma-separated)")
 	cmd.Flags().StringSliceVar(&connections, "connection", nil, "a connection name the application defines (repeat, or comma-separated)")
+	return cmd
+}
+
+// loadDefinition reads FILE (- for stdin) and checks it as idem serve does;
+// an invalid definition prints its problems on stdout, one a line, and
+// fails.
+func loadDefinition(cmd *cobra.Command, file string, secrets, connections []string) (*workflow.Workflow, []byte, []workflow.Problem, error) {
+	var data []byte
+	var err error
+	if file == "-" {
+		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxDefinition))
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, nil, nil, usagef("%v", err)
+	}
+	opts := &workflow.Options{}
+	if len(secrets) > 0 || len(connections) > 0 {
+		opts.Secrets, opts.Connections = append([]string{}, secrets...), append([]string{}, connections...)
+	}
+	w, def, warns, err := workflow.Load(data, opts)
+	if inv, ok := errors.AsType[*workflow.InvalidError](err); ok {
+		for _, p := range inv.Problems {
+			fmt.Fprintln(cmd.OutOrStdout(), p)
+		}
+		return nil, nil, nil, fmt.Errorf("%s: %d problems", file, len(inv.Problems))
+	}
+	return w, def, warns, err
+}
+
+func newWorkflowApplyCmd() *cobra.Command {
+	var storeURL, app, name string
+	cmd := &cobra.Command{
+		Use:   "apply FILE --app APP [--name NAME]",
+		Short: "Check a workflow definition and store it as the application's workflow's next version",
+		Long: `Check the workflow definition in FILE (JSON or YAML; - for stdin) as
+validate does and store it in --store as the next version of the
+application's workflow NAME (by default FILE's name without its extension),
+as PUT /v1/workflows/NAME does. Prints {"name", "version", "created"}: created
+is false when the definition equals the latest version (no new version).
+
+Exit codes: 0 stored (or already the latest), 1 invalid or not stored,
+2 usage.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("apply takes one FILE (or - for stdin), got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if name == "" && args[0] != "-" {
+				name = strings.TrimSuffix(filepath.Base(args[0]), filepath.Ext(args[0]))
+			}
+			if !appName.MatchString(app) {
+				return usagef("--app %q: the application's name", app)
+			}
+			if !workflow.ValidName(name) {
+				return usagef("workflow name %q: 1 to 63 lowercase letters, digits, '_' and '-' (--name)", name)
+			}
+			_, def, warns, err := loadDefinition(cmd, args[0], nil, nil)
+			if err != nil {
+				return err
+			}
+			st, err := openServeStore(cmd.Context(), storeURL, storeOpts{logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				return err
+			}
+			defer st.close()
+			apps, okApps := st.Store.(store.AppStore)
+			defs, okDefs := st.Store.(store.DefinitionStore)
+			if !okApps || !okDefs {
+				return fmt.Errorf("%s keeps no workflows", st.desc)
+			}
+			if _, err := apps.GetApp(cmd.Context(), app); err != nil {
+				return fmt.Errorf("application %q: %w", app, err)
+			}
+			d, created, err := defs.PutDefinition(cmd.Context(), store.DefinitionKey{App: app, Kind: "workflow", Name: name}, def, time.Now())
+			if err != nil {
+				return err
+			}
+			for _, w := range warns {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
+			return printJSON(cmd.OutOrStdout(), map[string]any{"name": name, "version": d.Version, "created": created})
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", "sqlite:idem.db", "the service's store: sqlite:PATH or postgres://...")
+	cmd.Flags().StringVar(&app, "app", "", "the application whose workflow it is (required)")
+	cmd.Flags().StringVar(&name, "name", "", "the workflow's name (default: FILE's name without its extension)")
 	return cmd
 }

@@ -60,3 +60,49 @@ func TestWorkflowValidate(t *testing.T) {
 		})
 	}
 }
+
+// apply stores a checked definition as the application's workflow's next
+// version, named after its file; the same definition again is no new one.
+func TestWorkflowApply(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "idem.db")
+	file := filepath.Join(dir, "checkout.yaml")
+	if err := os.WriteFile(file, []byte(checkoutYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range [][]string{{"migrate", "--store", db}, {"app", "create", "shop", "--store", db}} {
+		if code, out, errOut := runStdin(t, "", step...); code != 0 {
+			t.Fatalf("%v: %d %s %s", step, code, out, errOut)
+		}
+	}
+	apply := func(args ...string) (int, string, string) {
+		return runStdin(t, "", append([]string{"workflow", "apply", "--store", db}, args...)...)
+	}
+	if code, out, errOut := apply(file, "--app", "shop"); code != 0 || !strings.Contains(out, `"created":true`) || !strings.Contains(out, `"name":"checkout"`) || !strings.Contains(out, `"version":1`) {
+		t.Fatalf("first apply: %d %s %s", code, out, errOut)
+	}
+	if code, out, _ := apply(file, "--app", "shop"); code != 0 || !strings.Contains(out, `"created":false`) || !strings.Contains(out, `"version":1`) {
+		t.Fatalf("the same again: %d %s", code, out)
+	}
+	changed := filepath.Join(dir, "changed.yaml")
+	if err := os.WriteFile(changed, []byte(strings.Replace(checkoutYAML, "v1/charges", "v2/charges", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := apply(changed, "--app", "shop", "--name", "checkout"); code != 0 || !strings.Contains(out, `"version":2`) {
+		t.Fatalf("a changed definition: %d %s", code, out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(checkoutYAML, "payload.order.id\"", "$now()\"", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := apply(bad, "--app", "shop", "--name", "checkout"); code != 1 || !strings.Contains(out, "/vertices/1/config/headers/Idempotency-Key") {
+		t.Fatalf("an invalid definition: %d %s", code, out)
+	}
+	if code, _, errOut := apply(file, "--app", "nobody"); code != 1 || !strings.Contains(errOut, "nobody") {
+		t.Fatalf("an unknown application: %d %s", code, errOut)
+	}
+	if code, _, _ := apply(file); code != 2 {
+		t.Fatalf("no --app: %d", code)
+	}
+}
