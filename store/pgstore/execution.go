@@ -121,12 +121,34 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx pgx.Tx, t store.NewTask) er
 		"external ref": task.ExternalRef, "execution id": t.ExecutionID}); err != nil {
 		return execError("create task", task.App, task.ID, err)
 	}
-	if err := insertOnce(ctx, tx, taskInsertSQL, task.App, task.ID, task.Type, orEmpty(task.Input), task.ExternalRef,
-		orNull(task.Deadline), t.ExecutionID, int16(t.Status), task.CreatedAt); err != nil {
+	if err := checkText(map[string]string{"event type": t.Event.Type}); err != nil {
 		return execError("create task", task.App, task.ID, err)
 	}
-	return execError("create task", task.App, task.ID,
-		insertExecution(ctx, tx, task.App, t.ExecutionID, task.ID, 1, t.Status, task.CreatedAt, t.Event))
+	// The three inserts go in one round trip. Should the task or the
+	// execution exist already, the error rolls the caller's transaction
+	// back, the other inserts with it.
+	b := &pgx.Batch{}
+	b.Queue(taskInsertSQL, task.App, task.ID, task.Type, orEmpty(task.Input), task.ExternalRef,
+		orNull(task.Deadline), t.ExecutionID, int16(t.Status), task.CreatedAt)
+	b.Queue(executionInsertSQL, task.App, t.ExecutionID, task.ID, 1, int16(t.Status), task.CreatedAt)
+	b.Queue(executionEventInsertSQL, task.App, t.ExecutionID, int64(1), t.Event.Type, t.Event.Data, t.Event.Time)
+	res := tx.SendBatch(ctx, b)
+	err := func() error {
+		for i, what := range []string{"task", "execution", "event"} {
+			tag, err := res.Exec()
+			if err != nil {
+				return err
+			}
+			if i < 2 && tag.RowsAffected() == 0 {
+				return fmt.Errorf("%s: %w", what, store.ErrDuplicate)
+			}
+		}
+		return nil
+	}()
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	return execError("create task", task.App, task.ID, err)
 }
 
 // RerunTx implements store.ExecutionStore.
