@@ -127,7 +127,10 @@ type ended[TX any] struct {
 
 // Run claims and runs steps until ctx ends, then waits for the steps it
 // runs to end and settles them (a handler sees ctx's end through its own
-// context).
+// context). A step whose handler fails once ctx has ended, as a handler
+// stopped by it does, is not recorded as failed: it is left to its lease
+// and claimed again when that ends, so that stopping a worker (a deploy)
+// costs no step a retry of its budget.
 func (w *Worker[TX]) Run(ctx context.Context) error {
 	n := w.cfg.Concurrency
 	slots := make(chan struct{}, n) // one per step running or settling
@@ -168,6 +171,10 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 			go func() {
 				defer running.Done()
 				res, err := w.run(ctx, c)
+				if err != nil && ctx.Err() != nil {
+					<-slots // stopped: the step waits for its lease to end
+					return
+				}
 				done <- ended[TX]{c, res, err}
 			}()
 		}

@@ -306,3 +306,41 @@ func TestWorkerCompletesACancelingExecution(t *testing.T) {
 		t.Fatalf("events %v", evs)
 	}
 }
+
+// Stopping a worker fails none of its steps: a handler stopped by Run's
+// context leaves its step to its lease, to be claimed again after it with
+// its retry budget whole.
+func TestWorkerStopFailsNothing(t *testing.T) {
+	h := newHarness(t, nil)
+	_, e := h.create("export")
+	started := make(chan struct{})
+	w, err := h.en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
+		"export": func(ctx context.Context, job execution.Job) (execution.Result[*memstore.Tx], error) {
+			close(started)
+			<-ctx.Done()
+			return execution.Result[*memstore.Tx]{}, ctx.Err()
+		},
+	}, &execution.WorkerConfig{Poll: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := make(chan error, 1)
+	go func() { run <- w.Run(ctx) }()
+	<-started
+	cancel()
+	if err := <-run; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	steps, err := h.s.ListSteps(context.Background(), "app", e.ID)
+	if err != nil || len(steps) != 1 || steps[0].Status != store.StepExecuting || steps[0].Error != "" {
+		t.Fatalf("after the stop: %+v %v, want the step still EXECUTING, no error recorded", steps, err)
+	}
+	h.clock.Advance(11 * time.Second) // past the lease
+	if n, err := h.en.Expire(context.Background(), 10); n != 1 || err != nil {
+		t.Fatalf("Expire: %d %v", n, err)
+	}
+	if c, ok := h.claim("next", "export"); !ok || c.Step.Epoch != 2 {
+		t.Fatalf("claim after the lease: %+v %v", c, ok)
+	}
+}
