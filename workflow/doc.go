@@ -29,6 +29,10 @@
 // a literal header reads a secret of the application; secrets go nowhere
 // else, and are never stored with an execution or shown back.
 //
+// Route decides where a run goes from a vertex, and Identity what makes
+// two triggers one execution (the client's id, the idempotencyFields'
+// values or the whole payload, in RFC 8785 canonical form).
+//
 // Compile checks a definition and returns it ready to run, or every
 // problem it has, each with the JSON Pointer of the field at fault
 // (ErrInvalid, *InvalidError); it also returns warnings, such as a GATEWAY
