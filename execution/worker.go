@@ -60,12 +60,17 @@ func (en *Engine[TX]) ClaimManyTx(ctx context.Context, tx TX, types []string, ow
 	if err != nil {
 		return nil, err
 	}
+	refs := make([]store.ExecutionRef, len(steps))
+	for i, st := range steps {
+		refs[i] = store.ExecutionRef{App: st.App, ID: st.ExecutionID}
+	}
+	execs, tasks, err := en.s.GetExecutionsTx(ctx, tx, refs)
+	if err != nil {
+		return nil, notFound(err)
+	}
 	out := make([]Claimed, 0, len(steps))
-	for _, st := range steps {
-		task, e, err := en.owners(ctx, tx, st)
-		if err != nil {
-			return nil, err
-		}
+	for i, st := range steps {
+		task, e := tasks[i], execs[i]
 		if Status(e.Status) == StatusQueued {
 			t := store.Transition{}
 			if e.StartedAt.IsZero() {

@@ -79,6 +79,9 @@ type Event struct {
 	Time time.Time
 }
 
+// ExecutionRef names an application's execution.
+type ExecutionRef struct{ App, ID string }
+
 // NewTask is what CreateTaskTx writes: the task, its first execution and
 // that execution's first event.
 type NewTask struct {
@@ -161,6 +164,11 @@ type ExecutionStore[TX any] interface {
 	GetExecution(ctx context.Context, app, id string) (Execution, error)
 	GetTaskTx(ctx context.Context, tx TX, app, id string) (Task, error)
 	GetExecutionTx(ctx context.Context, tx TX, app, id string) (Execution, error)
+	// GetExecutionsTx reads, in tx, each execution of refs and its task,
+	// in refs' order, in a round trip or two where the store can (a
+	// worker's claim of many steps needs them all). ErrNotFound when one
+	// is missing.
+	GetExecutionsTx(ctx context.Context, tx TX, refs []ExecutionRef) ([]Execution, []Task, error)
 
 	// ListTasks returns q's page, newest first (creation time, then ID
 	// descending).

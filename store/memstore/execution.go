@@ -515,3 +515,23 @@ func (x *Executions) OverdueExecutions(ctx context.Context, now time.Time, limit
 	}
 	return res, nil
 }
+
+// GetExecutionsTx implements store.ExecutionStore.
+func (x *Executions) GetExecutionsTx(ctx context.Context, tx *Tx, refs []store.ExecutionRef) ([]store.Execution, []store.Task, error) {
+	if err := tx.check(); err != nil {
+		return nil, nil, err
+	}
+	execs, tasks := make([]store.Execution, len(refs)), make([]store.Task, len(refs))
+	for i, r := range refs {
+		e, err := x.getExecution(r.App, r.ID)
+		if err != nil {
+			return nil, nil, err
+		}
+		t, err := x.getTask(r.App, e.TaskID)
+		if err != nil {
+			return nil, nil, err
+		}
+		execs[i], tasks[i] = e, t
+	}
+	return execs, tasks, nil
+}

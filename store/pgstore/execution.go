@@ -363,3 +363,56 @@ type scanPrefix struct {
 }
 
 func (p scanPrefix) Scan(dst ...any) error { return p.row.Scan(append(p.pre, dst...)...) }
+
+// GetExecutionsTx implements store.ExecutionStore in two round trips,
+// whatever the number of refs: the executions' reads in one pipeline
+// (pgx batch), then their tasks'.
+func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.ExecutionRef) ([]store.Execution, []store.Task, error) {
+	execs, tasks := make([]store.Execution, len(refs)), make([]store.Task, len(refs))
+	for i, r := range refs {
+		if !storable(r.App) || !storable(r.ID) {
+			return nil, nil, execError("get execution", r.App, r.ID, store.ErrNotFound) // no such row can exist
+		}
+		execs[i] = store.Execution{App: r.App, ID: r.ID}
+	}
+	err := pipeline(ctx, tx, len(refs), func(b *pgx.Batch, i int) { b.Queue(executionGetSQL, refs[i].App, refs[i].ID) },
+		func(row pgx.Row, i int) error {
+			return execError("get execution", refs[i].App, refs[i].ID, scanExecution(row, &execs[i]))
+		})
+	if err != nil {
+		return nil, nil, err
+	}
+	err = pipeline(ctx, tx, len(refs), func(b *pgx.Batch, i int) { b.Queue(taskGetSQL, refs[i].App, execs[i].TaskID) },
+		func(row pgx.Row, i int) error {
+			t, err := scanTask(row)
+			t.App = refs[i].App
+			tasks[i] = t
+			return execError("get task", refs[i].App, execs[i].TaskID, err)
+		})
+	if err != nil {
+		return nil, nil, err
+	}
+	return execs, tasks, nil
+}
+
+// pipeline sends n queued reads in one round trip and scans each row.
+func pipeline(ctx context.Context, tx pgx.Tx, n int, queue func(b *pgx.Batch, i int), scan func(row pgx.Row, i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for i := range n {
+		queue(b, i)
+	}
+	res := tx.SendBatch(ctx, b)
+	var err error
+	for i := range n {
+		if err = scan(res.QueryRow(), i); err != nil {
+			break
+		}
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

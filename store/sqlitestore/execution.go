@@ -333,3 +333,21 @@ type scanPrefix struct {
 }
 
 func (p scanPrefix) Scan(dst ...any) error { return p.row.Scan(append(p.pre, dst...)...) }
+
+// GetExecutionsTx implements store.ExecutionStore: one execution and one
+// task read each, in process.
+func (s *Store) GetExecutionsTx(ctx context.Context, tx *sql.Tx, refs []store.ExecutionRef) ([]store.Execution, []store.Task, error) {
+	execs, tasks := make([]store.Execution, len(refs)), make([]store.Task, len(refs))
+	for i, r := range refs {
+		e, err := s.GetExecutionTx(ctx, tx, r.App, r.ID)
+		if err != nil {
+			return nil, nil, err
+		}
+		t, err := s.GetTaskTx(ctx, tx, r.App, e.TaskID)
+		if err != nil {
+			return nil, nil, err
+		}
+		execs[i], tasks[i] = e, t
+	}
+	return execs, tasks, nil
+}

@@ -282,6 +282,43 @@ func exerciseExecutions[TX any](t *testing.T, open Open[TX]) {
 		}
 	})
 
+	t.Run("GetExecutionsReadsManyInOrder", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t)
+		for _, k := range []struct{ app, id string }{{"app-a", "t1"}, {"app-a", "t2"}, {"app-b", "t1"}} {
+			create(t, s, newTask(k.app, k.id, t0))
+		}
+		refs := []store.ExecutionRef{{App: "app-b", ID: "t1-e1"}, {App: "app-a", ID: "t2-e1"}, {App: "app-a", ID: "t1-e1"}}
+		var execs []store.Execution
+		var tasks []store.Task
+		if err := inTx(t, s, func(ctx context.Context, tx TX) error {
+			var err error
+			execs, tasks, err = s.GetExecutionsTx(ctx, tx, refs)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(execs) != 3 || len(tasks) != 3 {
+			t.Fatalf("read %d executions and %d tasks, want 3 each", len(execs), len(tasks))
+		}
+		for i, r := range refs {
+			e, task := execs[i], tasks[i]
+			if e.App != r.App || e.ID != r.ID || e.Status != store.ExecutionQueued || e.Number != 1 ||
+				task.App != r.App || task.ID != e.TaskID || task.CurrentExecution != r.ID || task.ExternalRef != "ref-"+task.ID {
+				t.Fatalf("ref %d %+v: execution %+v, task %+v", i, r, e, task)
+			}
+		}
+		for _, bad := range [][]store.ExecutionRef{{{App: "app-a", ID: "t1-e1"}, {App: "app-b", ID: "t2-e1"}}, {{App: "app-c", ID: "t1-e1"}}} {
+			err := inTx(t, s, func(ctx context.Context, tx TX) error {
+				_, _, err := s.GetExecutionsTx(ctx, tx, bad)
+				return err
+			})
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("%+v: %v, want ErrNotFound", bad, err)
+			}
+		}
+	})
+
 	t.Run("RerunMovesTheTask", func(t *testing.T) {
 		t.Parallel()
 		s, _ := setup(t)
