@@ -151,6 +151,11 @@ type ExecutionStore[TX any] interface {
 	// unchanged and returned with applied=false. ErrNotFound for an unknown
 	// execution (or another application's).
 	TransitionTx(ctx context.Context, tx TX, t Transition) (e Execution, applied bool, err error)
+	// TransitionsTx applies each of ts as TransitionTx does, in order, in
+	// one round trip where the store can (a worker settles many steps at
+	// once), and returns each execution and whether its transition
+	// applied.
+	TransitionsTx(ctx context.Context, tx TX, ts []Transition) ([]Execution, []bool, error)
 
 	// AppendEventTx appends ev to the execution's history with its next
 	// sequence, in tx, without a change of status (a progress report);
@@ -294,6 +299,9 @@ type StepStore[TX any] interface {
 	// (another epoch) from an illegal transition (another status).
 	// ErrNotFound for an unknown step or another application's.
 	UpdateStepTx(ctx context.Context, tx TX, u StepUpdate) (s Step, applied bool, err error)
+	// UpdateStepsTx applies each of us as UpdateStepTx does, in order, in
+	// one round trip where the store can.
+	UpdateStepsTx(ctx context.Context, tx TX, us []StepUpdate) ([]Step, []bool, error)
 
 	// GetStep: ErrNotFound for an unknown step or another application's.
 	// GetStepTx reads in tx, as GetTaskTx does.

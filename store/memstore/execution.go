@@ -535,3 +535,28 @@ func (x *Executions) GetExecutionsTx(ctx context.Context, tx *Tx, refs []store.E
 	}
 	return execs, tasks, nil
 }
+
+// TransitionsTx implements store.ExecutionStore, one transition after the
+// other.
+func (x *Executions) TransitionsTx(ctx context.Context, tx *Tx, ts []store.Transition) ([]store.Execution, []bool, error) {
+	execs, applied := make([]store.Execution, len(ts)), make([]bool, len(ts))
+	for i, t := range ts {
+		var err error
+		if execs[i], applied[i], err = x.TransitionTx(ctx, tx, t); err != nil {
+			return nil, nil, err
+		}
+	}
+	return execs, applied, nil
+}
+
+// UpdateStepsTx implements store.StepStore, one update after the other.
+func (x *Executions) UpdateStepsTx(ctx context.Context, tx *Tx, us []store.StepUpdate) ([]store.Step, []bool, error) {
+	steps, applied := make([]store.Step, len(us)), make([]bool, len(us))
+	for i, u := range us {
+		var err error
+		if steps[i], applied[i], err = x.UpdateStepTx(ctx, tx, u); err != nil {
+			return nil, nil, err
+		}
+	}
+	return steps, applied, nil
+}

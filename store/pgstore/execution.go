@@ -184,25 +184,79 @@ func scanExecution(row pgx.Row, e *store.Execution) error {
 // TransitionTx implements store.ExecutionStore in one statement
 // (sql/execution_transition.sql), and a read when it does not apply.
 func (s *Store) TransitionTx(ctx context.Context, tx pgx.Tx, t store.Transition) (store.Execution, bool, error) {
-	if err := checkText(map[string]string{"app": t.App, "execution id": t.ID, "error": t.Error, "event type": t.Event.Type}); err != nil {
-		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
-	}
-	var output any // NULL keeps the stored output
-	if t.Output != nil {
-		output = t.Output
-	}
-	e := store.Execution{App: t.App, ID: t.ID}
-	err := scanExecution(tx.QueryRow(ctx, executionTransitionSQL, t.App, t.ID, int16(t.From), int16(t.To),
-		orNull(t.StartedAt), orNull(t.FinishedAt), output, t.Error, t.Progress, t.Event.Type, t.Event.Data, t.Event.Time), &e)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Not in t.From, or no such execution: the row says which.
-		err = scanExecution(tx.QueryRow(ctx, executionGetSQL, t.App, t.ID), &e)
-		return e, false, execError("transition", t.App, t.ID, err)
-	}
+	execs, applied, err := s.TransitionsTx(ctx, tx, []store.Transition{t})
 	if err != nil {
-		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
+		return store.Execution{}, false, err
 	}
-	return e, true, nil
+	return execs[0], applied[0], nil
+}
+
+// TransitionsTx implements store.ExecutionStore: the transitions in one
+// pipeline (pgx batch), then, for those that did not apply, the reads that
+// say why, in another.
+func (s *Store) TransitionsTx(ctx context.Context, tx pgx.Tx, ts []store.Transition) ([]store.Execution, []bool, error) {
+	for _, t := range ts {
+		if err := checkText(map[string]string{"app": t.App, "execution id": t.ID, "error": t.Error, "event type": t.Event.Type}); err != nil {
+			return nil, nil, execError("transition", t.App, t.ID, err)
+		}
+	}
+	execs := make([]store.Execution, len(ts))
+	applied, err := conditional(ctx, tx, len(ts), func(b *pgx.Batch, i int) {
+		t := ts[i]
+		var output any // NULL keeps the stored output
+		if t.Output != nil {
+			output = t.Output
+		}
+		b.Queue(executionTransitionSQL, t.App, t.ID, int16(t.From), int16(t.To), orNull(t.StartedAt), orNull(t.FinishedAt), output,
+			t.Error, t.Progress, t.Event.Type, t.Event.Data, t.Event.Time)
+	}, func(b *pgx.Batch, i int) {
+		b.Queue(executionGetSQL, ts[i].App, ts[i].ID)
+	}, func(row pgx.Row, i int) error {
+		execs[i] = store.Execution{App: ts[i].App, ID: ts[i].ID}
+		return scanExecution(row, &execs[i])
+	}, func(i int, err error) error {
+		return execError("transition", ts[i].App, ts[i].ID, err)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return execs, applied, nil
+}
+
+// conditional runs n conditional writes (write queues the i-th) in one
+// pipeline, scanning the row each returns; a write that returns none (its
+// condition did not hold, or there is no such row) is read again (read
+// queues it), in a second pipeline, so the row says which. fail wraps the
+// error of the i-th.
+func conditional(ctx context.Context, tx pgx.Tx, n int, write, read func(b *pgx.Batch, i int),
+	scan func(row pgx.Row, i int) error, fail func(i int, err error) error) ([]bool, error) {
+	applied := make([]bool, n)
+	var missed []int
+	err := pipeline(ctx, tx, n, write, func(row pgx.Row, i int) error {
+		err := scan(row, i)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			missed = append(missed, i)
+		case err != nil:
+			return fail(i, err)
+		default:
+			applied[i] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = pipeline(ctx, tx, len(missed), func(b *pgx.Batch, j int) { read(b, missed[j]) }, func(row pgx.Row, j int) error {
+		if err := scan(row, missed[j]); err != nil {
+			return fail(missed[j], err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
 }
 
 // AppendEventTx implements store.ExecutionStore.

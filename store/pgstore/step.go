@@ -94,24 +94,43 @@ func (s *Store) ClaimStepsTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) 
 
 // UpdateStepTx implements store.StepStore.
 func (s *Store) UpdateStepTx(ctx context.Context, tx pgx.Tx, u store.StepUpdate) (store.Step, bool, error) {
-	if err := checkText(map[string]string{"app": u.App, "step id": u.ID, "owner": u.Owner, "error": u.Error}); err != nil {
-		return store.Step{}, false, execError("update step", u.App, u.ID, err)
-	}
-	var output any // NULL keeps the stored output
-	if u.Output != nil {
-		output = u.Output
-	}
-	st := store.Step{App: u.App}
-	err := scanStep(tx.QueryRow(ctx, stepUpdateSQL, u.App, u.ID, int16(u.From), u.Epoch, u.Owner, int16(u.Status), u.ClearClaim,
-		orNull(u.LeaseUntil), orNull(u.DueAt), output, u.Error, u.CancelRequested), &st)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = scanStep(tx.QueryRow(ctx, stepGetSQL, u.App, u.ID), &st)
-		return st, false, execError("update step", u.App, u.ID, err)
-	}
+	steps, applied, err := s.UpdateStepsTx(ctx, tx, []store.StepUpdate{u})
 	if err != nil {
-		return store.Step{}, false, execError("update step", u.App, u.ID, err)
+		return store.Step{}, false, err
 	}
-	return st, true, nil
+	return steps[0], applied[0], nil
+}
+
+// UpdateStepsTx implements store.StepStore: the updates in one pipeline
+// (pgx batch), then, for those that did not apply, the reads that say why,
+// in another.
+func (s *Store) UpdateStepsTx(ctx context.Context, tx pgx.Tx, us []store.StepUpdate) ([]store.Step, []bool, error) {
+	for _, u := range us {
+		if err := checkText(map[string]string{"app": u.App, "step id": u.ID, "owner": u.Owner, "error": u.Error}); err != nil {
+			return nil, nil, execError("update step", u.App, u.ID, err)
+		}
+	}
+	steps := make([]store.Step, len(us))
+	applied, err := conditional(ctx, tx, len(us), func(b *pgx.Batch, i int) {
+		u := us[i]
+		var output any // NULL keeps the stored output
+		if u.Output != nil {
+			output = u.Output
+		}
+		b.Queue(stepUpdateSQL, u.App, u.ID, int16(u.From), u.Epoch, u.Owner, int16(u.Status), u.ClearClaim,
+			orNull(u.LeaseUntil), orNull(u.DueAt), output, u.Error, u.CancelRequested)
+	}, func(b *pgx.Batch, i int) {
+		b.Queue(stepGetSQL, us[i].App, us[i].ID)
+	}, func(row pgx.Row, i int) error {
+		steps[i] = store.Step{App: us[i].App}
+		return scanStep(row, &steps[i])
+	}, func(i int, err error) error {
+		return execError("update step", us[i].App, us[i].ID, err)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return steps, applied, nil
 }
 
 // GetStep implements store.StepStore.

@@ -351,3 +351,28 @@ func (s *Store) GetExecutionsTx(ctx context.Context, tx *sql.Tx, refs []store.Ex
 	}
 	return execs, tasks, nil
 }
+
+// TransitionsTx implements store.ExecutionStore, one transition after the
+// other.
+func (s *Store) TransitionsTx(ctx context.Context, tx *sql.Tx, ts []store.Transition) ([]store.Execution, []bool, error) {
+	execs, applied := make([]store.Execution, len(ts)), make([]bool, len(ts))
+	for i, t := range ts {
+		var err error
+		if execs[i], applied[i], err = s.TransitionTx(ctx, tx, t); err != nil {
+			return nil, nil, err
+		}
+	}
+	return execs, applied, nil
+}
+
+// UpdateStepsTx implements store.StepStore, one update after the other.
+func (s *Store) UpdateStepsTx(ctx context.Context, tx *sql.Tx, us []store.StepUpdate) ([]store.Step, []bool, error) {
+	steps, applied := make([]store.Step, len(us)), make([]bool, len(us))
+	for i, u := range us {
+		var err error
+		if steps[i], applied[i], err = s.UpdateStepTx(ctx, tx, u); err != nil {
+			return nil, nil, err
+		}
+	}
+	return steps, applied, nil
+}

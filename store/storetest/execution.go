@@ -282,6 +282,48 @@ func exerciseExecutions[TX any](t *testing.T, open Open[TX]) {
 		}
 	})
 
+	t.Run("TransitionsApplyEachInOrder", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t)
+		for _, id := range []string{"t1", "t2", "t3"} {
+			create(t, s, newTask("app-a", id, t0))
+		}
+		start := func(id string, from store.ExecutionStatus) store.Transition {
+			return store.Transition{App: "app-a", ID: id, From: from, To: store.ExecutionRunning, StartedAt: t0.Add(time.Second),
+				Event: store.Event{Type: "idem.execution.running", Data: []byte(`{}`), Time: t0.Add(time.Second)}}
+		}
+		var execs []store.Execution
+		var applied []bool
+		if err := inTx(t, s, func(ctx context.Context, tx TX) error {
+			var err error
+			execs, applied, err = s.TransitionsTx(ctx, tx, []store.Transition{
+				start("t1-e1", store.ExecutionQueued), start("t2-e1", store.ExecutionCreated), start("t3-e1", store.ExecutionQueued)})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(applied, []bool{true, false, true}) {
+			t.Fatalf("applied %v, want [true false true]", applied)
+		}
+		for i, want := range []store.ExecutionStatus{store.ExecutionRunning, store.ExecutionQueued, store.ExecutionRunning} {
+			if execs[i].Status != want {
+				t.Fatalf("execution %d answered %v, want %v", i, execs[i].Status, want)
+			}
+		}
+		for id, want := range map[string][]int64{"t1-e1": {1, 2}, "t2-e1": {1}, "t3-e1": {1, 2}} {
+			if got := sequences(t, s, "app-a", id); !slices.Equal(got, want) {
+				t.Fatalf("%s: events %v, want %v", id, got, want)
+			}
+		}
+		err := inTx(t, s, func(ctx context.Context, tx TX) error {
+			_, _, err := s.TransitionsTx(ctx, tx, []store.Transition{start("nope", store.ExecutionQueued)})
+			return err
+		})
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("an unknown execution: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("GetExecutionsReadsManyInOrder", func(t *testing.T) {
 		t.Parallel()
 		s, _ := setup(t)

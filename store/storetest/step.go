@@ -224,6 +224,34 @@ func exerciseSteps[TX any](t *testing.T, open Open[TX]) {
 		}
 	})
 
+	t.Run("UpdatesApplyEachInOrder", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		add(t, s, store.Step{ID: "s1"})
+		add(t, s, store.Step{ID: "s2"})
+		got := claimN(t, s, "w1", t0, 2)
+		if len(got) != 2 {
+			t.Fatalf("claimed %v", stepIDs(got))
+		}
+		done := func(st store.Step, epoch int64) store.StepUpdate {
+			return store.StepUpdate{App: "app-a", ID: st.ID, From: store.StepExecuting, Epoch: epoch, Owner: st.Owner,
+				Status: store.StepCompleted, Output: []byte(`{"ok":true}`), ClearClaim: true}
+		}
+		var steps []store.Step
+		var applied []bool
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			var err error
+			steps, applied, err = s.UpdateStepsTx(ctx, tx, []store.StepUpdate{done(got[0], got[0].Epoch), done(got[1], got[1].Epoch+1)})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(applied, []bool{true, false}) || steps[0].Status != store.StepCompleted || string(steps[0].Output) != `{"ok":true}` ||
+			steps[1].Status != store.StepExecuting || steps[1].Epoch != got[1].Epoch {
+			t.Fatalf("applied %v, steps %+v", applied, steps)
+		}
+	})
+
 	t.Run("BatchClaimTakesTheOldestInOrder", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
