@@ -212,27 +212,67 @@ func (en *Engine[TX]) queue(ctx context.Context, tx TX, task store.Task, e store
 // with the event that reports it. An execution no longer in the status it
 // was read in is ErrIllegalTransition (another writer moved it).
 func (en *Engine[TX]) transition(ctx context.Context, tx TX, task store.Task, e store.Execution, a Action, t store.Transition) (store.Execution, error) {
-	next, changed, err := Next(Status(e.Status), a)
-	if err != nil || !changed {
-		return e, err
-	}
-	t.App, t.ID, t.From, t.To = e.App, e.ID, e.Status, store.ExecutionStatus(next)
-	if next.Terminal() && t.FinishedAt.IsZero() {
-		t.FinishedAt = en.cfg.Now()
-	}
-	preview := e
-	preview.Status, preview.Output, preview.Error = t.To, t.Output, t.Error
-	t.Event = en.event(task, preview, statusType(next), nil)
-	got, applied, err := en.s.TransitionTx(ctx, tx, t)
+	got, err := en.transitions(ctx, tx, []change{{task: task, e: e, a: a, t: t}})
 	if err != nil {
-		return store.Execution{}, err
+		return got[0], err
 	}
-	if !applied {
-		return got, fmt.Errorf("%w: %v on a %v execution (it was %v when decided)", ErrIllegalTransition, a, Status(got.Status), Status(e.Status))
+	return got[0], nil
+}
+
+// change is one execution's transition, for transitions.
+type change struct {
+	task store.Task
+	e    store.Execution
+	a    Action
+	t    store.Transition
+}
+
+// transitions applies each change as transition does, in one round trip
+// where the store can (store.ExecutionStore.TransitionsTx), and returns
+// the executions as they now are. The first change that does not apply is
+// ErrIllegalTransition, and the caller's transaction must roll back.
+func (en *Engine[TX]) transitions(ctx context.Context, tx TX, cs []change) ([]store.Execution, error) {
+	out := make([]store.Execution, len(cs))
+	var ts []store.Transition
+	var at []int // the index in cs of each of ts
+	for i, c := range cs {
+		next, changed, err := Next(Status(c.e.Status), c.a)
+		if err != nil || !changed {
+			out[i] = c.e
+			if err != nil {
+				return out, err
+			}
+			continue
+		}
+		t := c.t
+		t.App, t.ID, t.From, t.To = c.e.App, c.e.ID, c.e.Status, store.ExecutionStatus(next)
+		if next.Terminal() && t.FinishedAt.IsZero() {
+			t.FinishedAt = en.cfg.Now()
+		}
+		preview := c.e
+		preview.Status, preview.Output, preview.Error = t.To, t.Output, t.Error
+		t.Event = en.event(c.task, preview, statusType(next), nil)
+		ts, at = append(ts, t), append(at, i)
 	}
-	t.Event.Sequence = got.LastSequence
-	if err := en.emit(ctx, tx, task, got, t.Event); err != nil {
-		return store.Execution{}, err
+	if len(ts) == 0 {
+		return out, nil
 	}
-	return got, nil
+	got, applied, err := en.s.TransitionsTx(ctx, tx, ts)
+	if err != nil {
+		return out, err
+	}
+	for j, i := range at {
+		out[i] = got[j]
+		if !applied[j] {
+			return out, fmt.Errorf("%w: %v on a %v execution (it was %v when decided)", ErrIllegalTransition, cs[i].a, Status(got[j].Status), Status(cs[i].e.Status))
+		}
+	}
+	for j, i := range at {
+		ev := ts[j].Event
+		ev.Sequence = got[j].LastSequence
+		if err := en.emit(ctx, tx, cs[i].task, got[j], ev); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }

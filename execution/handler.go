@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -62,10 +63,18 @@ type WorkerConfig struct {
 	// MaxBatch bounds the steps one transaction claims or settles.
 	// Defaults to 64.
 	MaxBatch int
+	// SettleWait is how long the steps that ended wait for others still
+	// running before they are settled together, so that a busy worker
+	// pays one commit for many steps; a step that runs alone never waits.
+	// Defaults to DefaultSettleWait; negative: no wait.
+	SettleWait time.Duration
 }
 
-// Default of WorkerConfig.MaxBatch.
-const DefaultMaxBatch = 64
+// Defaults of WorkerConfig.
+const (
+	DefaultMaxBatch   = 64
+	DefaultSettleWait = 2 * time.Millisecond
+)
 
 // Worker runs the steps of the task types it has handlers for, in
 // process, Concurrency at a time.
@@ -108,6 +117,12 @@ func (en *Engine[TX]) NewWorker(handlers map[string]Handler[TX], cfg *WorkerConf
 	if w.cfg.MaxBatch == 0 {
 		w.cfg.MaxBatch = DefaultMaxBatch
 	}
+	switch {
+	case w.cfg.SettleWait == 0:
+		w.cfg.SettleWait = DefaultSettleWait
+	case w.cfg.SettleWait < 0:
+		w.cfg.SettleWait = 0
+	}
 	for t := range handlers {
 		if _, ok := en.cfg.Types[t]; !ok {
 			return nil, fmt.Errorf("%w: handler for undeclared task type %q", ErrBadConfig, t)
@@ -135,10 +150,11 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 	n := w.cfg.Concurrency
 	slots := make(chan struct{}, n) // one per step running or settling
 	done := make(chan ended[TX], n)
+	var handling atomic.Int64 // handlers running
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
-		w.settleLoop(context.WithoutCancel(ctx), done, slots)
+		w.settleLoop(context.WithoutCancel(ctx), done, slots, &handling)
 	}()
 	var running sync.WaitGroup
 	defer func() {
@@ -168,9 +184,11 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 		}
 		for _, c := range claimed {
 			running.Add(1)
+			handling.Add(1)
 			go func() {
 				defer running.Done()
 				res, err := w.run(ctx, c)
+				handling.Add(-1)
 				if err != nil && ctx.Err() != nil {
 					<-slots // stopped: the step waits for its lease to end
 					return
@@ -207,9 +225,14 @@ func (w *Worker[TX]) claim(ctx context.Context, n int) ([]Claimed, error) {
 
 // settleLoop settles the steps that end, those that ended while a batch
 // committed together, and frees their slots once they are settled.
-func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], slots <-chan struct{}) {
+func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], slots <-chan struct{}, running *atomic.Int64) {
 	for first := range done {
 		batch := []ended[TX]{first}
+		// Take what ended meanwhile; and while other steps still run, wait
+		// up to SettleWait for them,
+		// so that a busy worker commits many steps at once. A lone step
+		// waits for nothing.
+		var wait <-chan time.Time
 	more:
 		for len(batch) < w.cfg.MaxBatch {
 			select {
@@ -218,7 +241,22 @@ func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], slot
 					break more
 				}
 				batch = append(batch, e)
+				continue
 			default:
+			}
+			if running.Load() == 0 || w.cfg.SettleWait == 0 {
+				break
+			}
+			if wait == nil {
+				wait = time.After(w.cfg.SettleWait)
+			}
+			select {
+			case e, ok := <-done:
+				if !ok {
+					break more
+				}
+				batch = append(batch, e)
+			case <-wait:
 				break more
 			}
 		}
@@ -238,14 +276,7 @@ func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], slot
 func (w *Worker[TX]) settle(ctx context.Context, batch []ended[TX]) []error {
 	errs := make([]error, len(batch))
 	if len(batch) > 1 {
-		err := w.en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
-			for _, e := range batch {
-				if err := w.settleTx(ctx, tx, e); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err := w.en.s.InTx(ctx, func(ctx context.Context, tx TX) error { return w.settleBatchTx(ctx, tx, batch) })
 		if err == nil {
 			return errs
 		}
@@ -254,6 +285,29 @@ func (w *Worker[TX]) settle(ctx context.Context, batch []ended[TX]) []error {
 		errs[i] = w.en.s.InTx(ctx, func(ctx context.Context, tx TX) error { return w.settleTx(ctx, tx, e) })
 	}
 	return errs
+}
+
+// settleBatchTx records, in tx, how the steps of batch ended: failures one
+// by one, then every completion's writes, then the completions together
+// (completeClaimedManyTx). Any error fails the whole batch.
+func (w *Worker[TX]) settleBatchTx(ctx context.Context, tx TX, batch []ended[TX]) error {
+	var done []Claimed
+	var outputs []json.RawMessage
+	for _, e := range batch {
+		if e.err != nil {
+			if err := w.settleTx(ctx, tx, e); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.res.Writes != nil {
+			if err := e.res.Writes(ctx, tx); err != nil {
+				return err
+			}
+		}
+		done, outputs = append(done, e.c), append(outputs, e.res.Output)
+	}
+	return w.en.completeClaimedManyTx(ctx, tx, done, outputs)
 }
 
 // settleTx records, in tx, how e's step ended: completed with its Writes,

@@ -344,3 +344,33 @@ func TestWorkerStopFailsNothing(t *testing.T) {
 		t.Fatalf("claim after the lease: %+v %v", c, ok)
 	}
 }
+
+// A step that runs alone is settled at once, however long SettleWait is:
+// the wait is only for other steps still running.
+func TestWorkerLoneStepDoesNotWait(t *testing.T) {
+	h := newHarness(t, nil)
+	_, e := h.create("export")
+	w, err := h.en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
+		"export": func(context.Context, execution.Job) (execution.Result[*memstore.Tx], error) {
+			return execution.Result[*memstore.Tx]{}, nil
+		},
+	}, &execution.WorkerConfig{Concurrency: 4, Poll: time.Millisecond, SettleWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		got, err := h.s.GetExecution(context.Background(), "app", e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == store.ExecutionSucceeded {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lone step waited for others: %v after 10 s", got.Status)
+		}
+	}
+}

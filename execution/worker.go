@@ -68,19 +68,30 @@ func (en *Engine[TX]) ClaimManyTx(ctx context.Context, tx TX, types []string, ow
 	if err != nil {
 		return nil, notFound(err)
 	}
-	out := make([]Claimed, 0, len(steps))
-	for i, st := range steps {
-		task, e := tasks[i], execs[i]
-		if Status(e.Status) == StatusQueued {
+	// The queued executions start, in one round trip where the store can.
+	var starts []change
+	var at []int
+	started := map[store.ExecutionRef]bool{}
+	for i, e := range execs {
+		if ref := refs[i]; Status(e.Status) == StatusQueued && !started[ref] {
+			started[ref] = true
 			t := store.Transition{}
 			if e.StartedAt.IsZero() {
 				t.StartedAt = en.cfg.Now()
 			}
-			if e, err = en.transition(ctx, tx, task, e, ActionStart, t); err != nil {
-				return nil, err
-			}
+			starts, at = append(starts, change{task: tasks[i], e: e, a: ActionStart, t: t}), append(at, i)
 		}
-		out = append(out, Claimed{Step: st, Task: task, Execution: e})
+	}
+	now, err := en.transitions(ctx, tx, starts)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		execs[i] = now[j]
+	}
+	out := make([]Claimed, len(steps))
+	for i, st := range steps {
+		out[i] = Claimed{Step: st, Task: tasks[i], Execution: execs[i]}
 	}
 	return out, nil
 }
@@ -118,24 +129,40 @@ func (en *Engine[TX]) held(ctx context.Context, tx TX, app, stepID string, epoch
 // updateStep applies a step action under st's claim (fenced when st is
 // claimed), decided by NextStep.
 func (en *Engine[TX]) updateStep(ctx context.Context, tx TX, st store.Step, a StepAction, u store.StepUpdate) (store.Step, error) {
-	next, err := NextStep(StepStatus(st.Status), a, st.Once)
+	u, err := stepUpdate(st, a, u)
 	if err != nil {
 		return st, err
+	}
+	got, applied, err := en.s.UpdateStepTx(ctx, tx, u)
+	if err != nil {
+		return store.Step{}, err
+	}
+	return got, stepRefused(st, got, a, applied)
+}
+
+// stepUpdate completes u as the conditional update of action a on st.
+func stepUpdate(st store.Step, a StepAction, u store.StepUpdate) (store.StepUpdate, error) {
+	next, err := NextStep(StepStatus(st.Status), a, st.Once)
+	if err != nil {
+		return u, err
 	}
 	u.App, u.ID, u.From, u.Status = st.App, st.ID, st.Status, store.StepStatus(next)
 	if StepStatus(st.Status) == StepExecuting {
 		u.Epoch, u.Owner = st.Epoch, st.Owner
 	}
-	got, applied, err := en.s.UpdateStepTx(ctx, tx, u)
+	return u, nil
+}
+
+// stepRefused says why an update of st decided as a did not apply (got is
+// the step as it is): nil when it did.
+func stepRefused(st, got store.Step, a StepAction, applied bool) error {
 	switch {
-	case err != nil:
-		return store.Step{}, err
 	case applied:
-		return got, nil
+		return nil
 	case got.Epoch != st.Epoch:
-		return got, fmt.Errorf("%w: the step was claimed again (epoch %d)", ErrFenced, got.Epoch)
+		return fmt.Errorf("%w: the step was claimed again (epoch %d)", ErrFenced, got.Epoch)
 	}
-	return got, fmt.Errorf("%w: %v on a %v step", ErrIllegalTransition, a, StepStatus(got.Status))
+	return fmt.Errorf("%w: %v on a %v step", ErrIllegalTransition, a, StepStatus(got.Status))
 }
 
 // HeartbeatTx extends the lease of the worker's claim (epoch) by lease
@@ -240,6 +267,47 @@ func (en *Engine[TX]) completeClaimedTx(ctx context.Context, tx TX, c Claimed, o
 		return err
 	}
 	_, err = en.succeed(ctx, tx, task, e, output)
+	return err
+}
+
+// completeClaimedManyTx completes each claim with its output as
+// completeClaimedTx does, with the steps' updates in one round trip and
+// the executions' transitions in another, where the store can. It does not
+// read again: a step fenced, or an execution that changed since its claim,
+// fails the whole, and the caller's transaction must roll back (the worker
+// then settles each step alone).
+func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Claimed, outputs []json.RawMessage) error {
+	us := make([]store.StepUpdate, len(cs))
+	changes := make([]change, len(cs))
+	for i, c := range cs {
+		out := outputs[i]
+		if len(out) > 0 && !json.Valid(out) {
+			return fmt.Errorf("%w: output is not JSON", ErrBadInput)
+		}
+		if out == nil {
+			out = json.RawMessage{}
+		}
+		u, err := stepUpdate(c.Step, StepActionComplete, store.StepUpdate{Output: out, ClearClaim: true})
+		if err != nil {
+			return err
+		}
+		us[i] = u
+		t := store.Transition{Progress: 100}
+		if len(out) > 0 {
+			t.Output = out
+		}
+		changes[i] = change{task: c.Task, e: c.Execution, a: ActionSucceed, t: t}
+	}
+	got, applied, err := en.s.UpdateStepsTx(ctx, tx, us)
+	if err != nil {
+		return err
+	}
+	for i := range cs {
+		if err := stepRefused(cs[i].Step, got[i], StepActionComplete, applied[i]); err != nil {
+			return err
+		}
+	}
+	_, err = en.transitions(ctx, tx, changes)
 	return err
 }
 

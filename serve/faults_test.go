@@ -57,6 +57,15 @@ func (f *faulty) TransitionTx(ctx context.Context, tx *sql.Tx, t store.Transitio
 	return f.Store.TransitionTx(ctx, tx, t)
 }
 
+// TransitionsTx is how the engine applies transitions: one failure point
+// for them all.
+func (f *faulty) TransitionsTx(ctx context.Context, tx *sql.Tx, ts []store.Transition) ([]store.Execution, []bool, error) {
+	if fail, _ := f.hit("transition"); fail {
+		return nil, nil, errInjected
+	}
+	return f.Store.TransitionsTx(ctx, tx, ts)
+}
+
 func (f *faulty) AddStepTx(ctx context.Context, tx *sql.Tx, s store.Step) error {
 	if fail, _ := f.hit("step"); fail {
 		return errInjected
