@@ -142,7 +142,9 @@ type ended[TX any] struct {
 
 // Run claims and runs steps until ctx ends, then waits for the steps it
 // runs to end and settles them (a handler sees ctx's end through its own
-// context). A step whose handler fails once ctx has ended, as a handler
+// context). When idle it looks for steps every Poll, and at once when its
+// store, a store.StepWaker, tells of new ones. A step whose handler fails
+// once ctx has ended, as a handler
 // stopped by it does, is not recorded as failed: it is left to its lease
 // and claimed again when that ends, so that stopping a worker (a deploy)
 // costs no step a retry of its budget.
@@ -156,6 +158,12 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 		defer close(settled)
 		w.settleLoop(context.WithoutCancel(ctx), done, slots, &handling)
 	}()
+	// A store that tells of new steps (PostgreSQL: NOTIFY from idem serve,
+	// or from a caller's store.StepWaker.NotifySteps) wakes an idle worker
+	// at once; otherwise it polls.
+	waker, _ := w.en.s.(store.StepWaker)
+	var wake <-chan struct{}
+	var listenAt time.Time
 	var running sync.WaitGroup
 	defer func() {
 		running.Wait()
@@ -200,13 +208,39 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 			w.en.cfg.Logger.WarnContext(ctx, "execution: worker claim failed", "error", err)
 		}
 		if len(claimed) == 0 {
+			if wake == nil && waker != nil && !time.Now().Before(listenAt) {
+				if wake = w.listen(ctx, waker); wake == nil {
+					listenAt = time.Now().Add(relisten) // the store may be down: not at every poll
+				}
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
+			case _, ok := <-wake:
+				if !ok {
+					wake, listenAt = nil, time.Now().Add(relisten) // the listener failed: poll, and listen again later
+				}
 			case <-time.After(w.cfg.Poll):
 			}
 		}
 	}
+}
+
+// relisten is how long a worker whose listener failed polls before it
+// listens again.
+const relisten = 5 * time.Second
+
+// listen returns the store's step wake-ups, or nil when it cannot listen
+// now (the worker polls meanwhile).
+func (w *Worker[TX]) listen(ctx context.Context, waker store.StepWaker) <-chan struct{} {
+	ch, err := waker.StepWakeups(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.en.cfg.Logger.WarnContext(ctx, "execution: worker cannot listen for new steps; polling", "error", err)
+		}
+		return nil
+	}
+	return ch
 }
 
 // claim claims up to n steps in one transaction, under a new owner token.

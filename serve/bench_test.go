@@ -156,14 +156,7 @@ func BenchmarkExecutions(b *testing.B) {
 // function that creates a task of type "export".
 func benchEngine(b *testing.B) (*pgxpool.Pool, *pgstore.Store, *execution.Engine[pgx.Tx], func() error) {
 	ctx := context.Background()
-	pool := testdb.Postgres(b)
-	if _, err := pgstore.Migrate(ctx, pool); err != nil {
-		b.Fatal(err)
-	}
-	s, err := pgstore.New(pool, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	pool, s := migratedPostgres(b)
 	en, err := execution.New[pgx.Tx](s, &execution.Config{Types: map[string]execution.TypeConfig{"export": {}}})
 	if err != nil {
 		b.Fatal(err)

@@ -51,6 +51,14 @@ func openSQLite(t *testing.T) serve.Store[*sql.Tx] {
 
 func openPostgres(t *testing.T) serve.Store[pgx.Tx] {
 	t.Helper()
+	_, s := migratedPostgres(t)
+	return s
+}
+
+// migratedPostgres returns a store on a fresh, migrated schema, and its
+// pool.
+func migratedPostgres(t testing.TB) (*pgxpool.Pool, *pgstore.Store) {
+	t.Helper()
 	pool := testdb.Postgres(t)
 	if _, err := pgstore.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
@@ -59,7 +67,7 @@ func openPostgres(t *testing.T) serve.Store[pgx.Tx] {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return pool, s
 }
 
 func TestSQLite(t *testing.T)   { t.Parallel(); exercise(t, openSQLite) }

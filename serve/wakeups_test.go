@@ -2,10 +2,14 @@ package serve_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/internal/testutil/testdb"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/serve"
 	"github.com/idemhq/idem/store/pgstore"
 )
@@ -27,11 +31,7 @@ func TestClaimWakesOnCreate(t *testing.T) {
 // processes share the work.
 func TestClaimWakesAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := testdb.Postgres(t)
-	if _, err := pgstore.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool, _ := migratedPostgres(t)
 	var envs []*env
 	for i := range 2 { // two services, each with its own store, on one schema
 		s, err := pgstore.New(pool, nil)
@@ -43,23 +43,76 @@ func TestClaimWakesAcrossProcesses(t *testing.T) {
 		}
 		envs = append(envs, startOn(t, s, &serve.Config{Types: types0(), ClaimPoll: time.Hour}))
 	}
-	// Both listen before the test goes on: the pool's connections carry
-	// the test's schema as their application_name.
+	listening(t, pool, 2)
+	claimAfterCreate(t, envs[0], envs[1])
+}
+
+// listening waits until n connections of the pool's schema listen for
+// steps (the pool's connections carry the test's schema as their
+// application_name).
+func listening(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
 	for i := 0; ; i++ {
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = current_setting('application_name') AND query = 'LISTEN idem_steps'`).Scan(&n); err != nil {
+		var got int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = current_setting('application_name') AND query = 'LISTEN idem_steps'`).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		if n == 2 {
-			break
+		if got == n {
+			return
 		}
 		if i == 500 {
-			t.Fatalf("%d services listen, want 2", n)
+			t.Fatalf("%d listen for steps, want %d", got, n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	claimAfterCreate(t, envs[0], envs[1])
+}
+
+// An in-process worker on PostgreSQL wakes when another process tells of
+// new steps (NotifySteps, as idem serve does after dispatching), though it
+// polls once an hour.
+func TestInProcessWorkerWakes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, s := migratedPostgres(t)
+	en, err := execution.New[pgx.Tx](s, &execution.Config{Types: types0()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan string, 1)
+	w, err := en.NewWorker(map[string]execution.Handler[pgx.Tx]{
+		"export": func(_ context.Context, job execution.Job) (execution.Result[pgx.Tx], error) {
+			ran <- job.Task.ID
+			return execution.Result[pgx.Tx]{}, nil
+		},
+	}, &execution.WorkerConfig{Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = w.Run(wctx) }()
+	defer func() { cancel(); <-stopped }()
+	listening(t, pool, 1)
+	var task string
+	if err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		created, _, err := en.CreateTx(ctx, tx, "orders", execution.NewTask{Type: "export", Input: json.RawMessage(`{}`)})
+		task = created.ID
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotifySteps(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-ran:
+		if got != task {
+			t.Fatalf("ran task %s, want %s", got, task)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle worker was not woken by the new step")
+	}
 }
 
 // claimAfterCreate starts a claim on waiter and, once it waits, creates a
