@@ -9,7 +9,8 @@ import (
 	"github.com/idemhq/idem/workflow"
 )
 
-// checkout is seed 002's charge step between an ENTRY_POINT and an END.
+// checkout charges an order, with a key derived from the order's id,
+// between an ENTRY_POINT and an END.
 func checkout() map[string]any {
 	return map[string]any{
 		"vertices": []any{
@@ -64,7 +65,7 @@ func compile(t *testing.T, d map[string]any, opts *workflow.Options) ([]workflow
 func TestCheckoutCompiles(t *testing.T) {
 	warns, err := compile(t, checkout(), &workflow.Options{Secrets: []string{"PAYMENTS_KEY"}})
 	if err != nil || len(warns) != 0 {
-		t.Fatalf("the seed's checkout: %v, warnings %v", err, warns)
+		t.Fatalf("the checkout: %v, warnings %v", err, warns)
 	}
 }
 
@@ -227,7 +228,7 @@ func TestKeyOperationFromTheVertex(t *testing.T) {
 
 // YAML is the same structure.
 func TestYAML(t *testing.T) {
-	def, err := workflow.Parse([]byte(`# the seed's checkout, flow style
+	def, err := workflow.Parse([]byte(`# a flow-style definition
 vertices: [{id: start, type: ENTRY_POINT}, {id: ship, type: TRANSFORM, config: {output: {order: "= payload.order.id"}}}, {id: done, type: END}]
 edges: [{from: start, to: ship}, {from: ship, to: done, condition: "= steps.ship.order != null"}]
 `))

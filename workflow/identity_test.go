@@ -57,8 +57,9 @@ func TestIdentityOfThePayload(t *testing.T) {
 			t.Fatal("another payload, application or workflow shares the identity")
 		}
 	}
-	// The empty payload is a payload (the seed's nightly report): every
-	// empty trigger is one run unless the caller says otherwise.
+	// The empty payload is a payload (a nightly report triggered with no
+	// body): every empty trigger is one run unless the caller says
+	// otherwise.
 	if e1, e2 := identity(t, w, "shop", "checkout", "", ""), identity(t, w, "shop", "checkout", " ", ""); e1.Key != e2.Key {
 		t.Fatal("two empty payloads differ")
 	}
