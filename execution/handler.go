@@ -144,10 +144,9 @@ type ended[TX any] struct {
 // runs to end and settles them (a handler sees ctx's end through its own
 // context). When idle it looks for steps every Poll, and at once when its
 // store, a store.StepWaker, tells of new ones. A step whose handler fails
-// once ctx has ended, as a handler
-// stopped by it does, is not recorded as failed: it is left to its lease
-// and claimed again when that ends, so that stopping a worker (a deploy)
-// costs no step a retry of its budget.
+// once ctx has ended, as a handler stopped by it does, is not recorded as
+// failed: it is left to its lease and claimed again when that ends, so
+// that stopping a worker (a deploy) costs no step a retry of its budget.
 func (w *Worker[TX]) Run(ctx context.Context) error {
 	n := w.cfg.Concurrency
 	slots := make(chan struct{}, n) // one per step running or settling
@@ -257,15 +256,14 @@ func (w *Worker[TX]) claim(ctx context.Context, n int) ([]Claimed, error) {
 	return out, nil
 }
 
-// settleLoop settles the steps that end, those that ended while a batch
-// committed together, and frees their slots once they are settled.
+// settleLoop settles the steps that end (those that ended while a batch
+// committed, together) and frees their slots once they are settled.
 func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], slots <-chan struct{}, running *atomic.Int64) {
 	for first := range done {
 		batch := []ended[TX]{first}
 		// Take what ended meanwhile; and while other steps still run, wait
-		// up to SettleWait for them,
-		// so that a busy worker commits many steps at once. A lone step
-		// waits for nothing.
+		// up to SettleWait for them, so that a busy worker commits many
+		// steps at once. A lone step waits for nothing.
 		var wait <-chan time.Time
 	more:
 		for len(batch) < w.cfg.MaxBatch {

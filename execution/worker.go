@@ -216,11 +216,9 @@ func (en *Engine[TX]) ProgressTx(ctx context.Context, tx TX, app, stepID string,
 // SUCCEEDED. A repeat with the same epoch and output answers as the first
 // did; another output is ErrIllegalTransition.
 func (en *Engine[TX]) CompleteTx(ctx context.Context, tx TX, app, stepID string, epoch int64, output json.RawMessage) (store.Execution, error) {
-	if len(output) > 0 && !json.Valid(output) {
-		return store.Execution{}, fmt.Errorf("%w: output is not JSON", ErrBadInput)
-	}
-	if output == nil {
-		output = json.RawMessage{}
+	output, err := stepOutput(output)
+	if err != nil {
+		return store.Execution{}, err
 	}
 	st, err := en.held(ctx, tx, app, stepID, epoch)
 	if err != nil {
@@ -249,11 +247,9 @@ func (en *Engine[TX]) CompleteTx(ctx context.Context, tx TX, app, stepID string,
 // instead of five), and an execution that changed since (its cancel was
 // asked) is read again.
 func (en *Engine[TX]) completeClaimedTx(ctx context.Context, tx TX, c Claimed, output json.RawMessage) error {
-	if len(output) > 0 && !json.Valid(output) {
-		return fmt.Errorf("%w: output is not JSON", ErrBadInput)
-	}
-	if output == nil {
-		output = json.RawMessage{}
+	output, err := stepOutput(output)
+	if err != nil {
+		return err
 	}
 	st, err := en.updateStep(ctx, tx, c.Step, StepActionComplete, store.StepUpdate{Output: output, ClearClaim: true})
 	if err != nil {
@@ -280,23 +276,14 @@ func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Cla
 	us := make([]store.StepUpdate, len(cs))
 	changes := make([]change, len(cs))
 	for i, c := range cs {
-		out := outputs[i]
-		if len(out) > 0 && !json.Valid(out) {
-			return fmt.Errorf("%w: output is not JSON", ErrBadInput)
-		}
-		if out == nil {
-			out = json.RawMessage{}
-		}
-		u, err := stepUpdate(c.Step, StepActionComplete, store.StepUpdate{Output: out, ClearClaim: true})
+		out, err := stepOutput(outputs[i])
 		if err != nil {
 			return err
 		}
-		us[i] = u
-		t := store.Transition{Progress: 100}
-		if len(out) > 0 {
-			t.Output = out
+		if us[i], err = stepUpdate(c.Step, StepActionComplete, store.StepUpdate{Output: out, ClearClaim: true}); err != nil {
+			return err
 		}
-		changes[i] = change{task: c.Task, e: c.Execution, a: ActionSucceed, t: t}
+		changes[i] = succeedChange(c.Task, c.Execution, out)
 	}
 	got, applied, err := en.s.UpdateStepsTx(ctx, tx, us)
 	if err != nil {
@@ -343,11 +330,30 @@ func (en *Engine[TX]) FailTx(ctx context.Context, tx TX, app, stepID string, epo
 
 // succeed ends e as SUCCEEDED with its step's output (none when empty).
 func (en *Engine[TX]) succeed(ctx context.Context, tx TX, task store.Task, e store.Execution, output json.RawMessage) (store.Execution, error) {
-	var out []byte
+	got, err := en.transitions(ctx, tx, []change{succeedChange(task, e, output)})
+	return got[0], err
+}
+
+// succeedChange is the change that ends e as SUCCEEDED with its step's
+// output (none when empty).
+func succeedChange(task store.Task, e store.Execution, output json.RawMessage) change {
+	t := store.Transition{Progress: 100}
 	if len(output) > 0 {
-		out = output
+		t.Output = output
 	}
-	return en.transition(ctx, tx, task, e, ActionSucceed, store.Transition{Output: out, Progress: 100})
+	return change{task: task, e: e, a: ActionSucceed, t: t}
+}
+
+// stepOutput checks a step's output: JSON, or empty (nil becomes empty,
+// so that a completion always records one).
+func stepOutput(output json.RawMessage) (json.RawMessage, error) {
+	if len(output) > 0 && !json.Valid(output) {
+		return nil, fmt.Errorf("%w: output is not JSON", ErrBadInput)
+	}
+	if output == nil {
+		output = json.RawMessage{}
+	}
+	return output, nil
 }
 
 func (en *Engine[TX]) backoff(tc TypeConfig, attempts int) time.Duration {
@@ -473,8 +479,9 @@ const (
 // ResolveTx resolves the application's OUTCOME_UNKNOWN step; any other
 // step is ErrIllegalTransition.
 func (en *Engine[TX]) ResolveTx(ctx context.Context, tx TX, app, stepID string, v Verdict, output json.RawMessage) (store.Step, error) {
-	if len(output) > 0 && !json.Valid(output) {
-		return store.Step{}, fmt.Errorf("%w: output is not JSON", ErrBadInput)
+	output, err := stepOutput(output)
+	if err != nil {
+		return store.Step{}, err
 	}
 	st, err := en.s.GetStepTx(ctx, tx, app, stepID)
 	if err != nil {
@@ -491,9 +498,6 @@ func (en *Engine[TX]) ResolveTx(ctx context.Context, tx TX, app, stepID string, 
 		}
 		_, err = en.transition(ctx, tx, task, e, ActionRequeue, store.Transition{})
 	case VerdictDone:
-		if output == nil {
-			output = json.RawMessage{}
-		}
 		if st, err = en.updateStep(ctx, tx, st, StepActionResolveDone, store.StepUpdate{Output: output}); err != nil {
 			return store.Step{}, err
 		}
