@@ -11,9 +11,6 @@ import (
 	"github.com/idemhq/idem/workflow"
 )
 
-// Kinds of definitions in the store.
-const kindWorkflow = "workflow"
-
 // definitionReply is what PUT answers.
 type definitionReply struct {
 	Name     string             `json:"name"`
@@ -49,7 +46,7 @@ func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
 		srv.unavailable(w, r, err)
 		return
 	}
-	k := store.DefinitionKey{App: appFrom(r.Context()), Kind: kindWorkflow, Name: name}
+	k := store.DefinitionKey{App: appFrom(r.Context()), Kind: workflow.Kind, Name: name}
 	d, created, err := srv.s.PutDefinition(r.Context(), k, body, srv.cfg.Now())
 	if err != nil {
 		srv.unavailable(w, r, err)
@@ -78,7 +75,7 @@ func (srv *Server[TX]) getWorkflow(w http.ResponseWriter, r *http.Request) {
 		}
 		version = n
 	}
-	d, err := srv.s.GetDefinition(r.Context(), store.DefinitionKey{App: appFrom(r.Context()), Kind: kindWorkflow, Name: name}, version)
+	d, err := srv.s.GetDefinition(r.Context(), store.DefinitionKey{App: appFrom(r.Context()), Kind: workflow.Kind, Name: name}, version)
 	if err != nil {
 		srv.failed(w, r, err)
 		return

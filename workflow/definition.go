@@ -40,6 +40,9 @@ type Edge struct {
 	Condition string `json:"condition,omitempty"`
 }
 
+// Kind is the store.DefinitionKey.Kind of stored workflows.
+const Kind = "workflow"
+
 // ValidName reports whether name may name a stored workflow (or a
 // connection): 1 to 63 lowercase letters, digits, '_' and '-', starting
 // with a letter or digit, as a vertex's id.

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -56,7 +55,7 @@ Exit codes: 0 the definition is valid, 1 it is not, 2 usage (no such file).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, def, warns, err := loadDefinition(cmd, args[0], secrets, connections)
+			wf, _, warns, err := loadDefinition(cmd, args[0], secrets, connections)
 			if err != nil {
 				return err
 			}
@@ -64,8 +63,7 @@ Exit codes: 0 the definition is valid, 1 it is not, 2 usage (no such file).`,
 			for _, w := range warns {
 				fmt.Fprintln(out, "warning:", w)
 			}
-			var d workflow.Definition
-			_ = json.Unmarshal(def, &d)
+			d := wf.Definition()
 			fmt.Fprintf(out, "%s: valid (%d vertices, %d edges)\n", args[0], len(d.Vertices), len(d.Edges))
 			return nil
 		},
@@ -149,7 +147,7 @@ Exit codes: 0 stored (or already the latest), 1 invalid or not stored,
 			if _, err := apps.GetApp(cmd.Context(), app); err != nil {
 				return fmt.Errorf("application %q: %w", app, err)
 			}
-			d, created, err := defs.PutDefinition(cmd.Context(), store.DefinitionKey{App: app, Kind: "workflow", Name: name}, def, time.Now())
+			d, created, err := defs.PutDefinition(cmd.Context(), store.DefinitionKey{App: app, Kind: workflow.Kind, Name: name}, def, time.Now())
 			if err != nil {
 				return err
 			}
