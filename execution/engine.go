@@ -213,10 +213,7 @@ func (en *Engine[TX]) queue(ctx context.Context, tx TX, task store.Task, e store
 // was read in is ErrIllegalTransition (another writer moved it).
 func (en *Engine[TX]) transition(ctx context.Context, tx TX, task store.Task, e store.Execution, a Action, t store.Transition) (store.Execution, error) {
 	got, err := en.transitions(ctx, tx, []change{{task: task, e: e, a: a, t: t}})
-	if err != nil {
-		return got[0], err
-	}
-	return got[0], nil
+	return got[0], err
 }
 
 // change is one execution's transition, for transitions.
