@@ -532,7 +532,7 @@ func (en *Engine[TX]) RerunTx(ctx context.Context, tx TX, app, taskID string) (s
 	id := en.cfg.NewID()
 	e := store.Execution{App: app, ID: id, TaskID: task.ID, Number: cur.Number + 1, Status: store.ExecutionCreated, CreatedAt: en.cfg.Now()}
 	first := en.event(task, e, statusType(StatusCreated), nil)
-	if e, err = en.s.RerunTx(ctx, tx, app, task.ID, id, store.ExecutionCreated, first); err != nil {
+	if e, err = en.s.RerunTx(ctx, tx, store.Rerun{App: app, TaskID: task.ID, ExecutionID: id, Status: store.ExecutionCreated, Event: first}); err != nil {
 		return store.Execution{}, err
 	}
 	first.Sequence = 1

@@ -63,6 +63,10 @@ type Execution struct {
 	Output   []byte
 	Error    string
 	Progress int
+	// Workflow and Version name the workflow a workflow's execution runs
+	// and the version it pinned when it started ("" and 0 for a task's).
+	Workflow string
+	Version  int
 }
 
 // Event is one entry of an execution's history: a transition or a
@@ -92,6 +96,24 @@ type NewTask struct {
 	Status ExecutionStatus
 	// Event is the first execution's first event (sequence 1).
 	Event Event
+	// Workflow and Version are the first execution's (Execution).
+	Workflow string
+	Version  int
+}
+
+// Rerun is what RerunTx writes: a new execution of a task, with its first
+// event.
+type Rerun struct {
+	App, TaskID string
+	// ExecutionID is the new execution's ID, chosen by the caller.
+	ExecutionID string
+	Status      ExecutionStatus
+	// Workflow and Version are the new execution's (Execution).
+	Workflow string
+	Version  int
+	// Event is its first event (sequence 1); its Time is the execution's
+	// creation time.
+	Event Event
 }
 
 // Transition is a conditional change of an execution's status, with the
@@ -109,6 +131,9 @@ type Transition struct {
 	Output     []byte
 	Error      string
 	Progress   int
+	// Reopen clears FinishedAt, Output and Error (an operator resumes a
+	// finished execution); Error is then written when not empty.
+	Reopen bool
 	// Event is appended with the execution's next sequence.
 	Event Event
 }
@@ -119,6 +144,9 @@ type TaskQuery struct {
 	// Type and Status filter when set.
 	Type   string
 	Status ExecutionStatus
+	// ExcludeType, when set, leaves out the tasks of this type (the
+	// hidden tasks that hold workflows' executions).
+	ExcludeType string
 	// After continues a listing after the task with this creation time and
 	// ID (the last one of the previous page); zero to start.
 	AfterTime time.Time
@@ -140,10 +168,10 @@ type ExecutionStore[TX any] interface {
 	// execution ID already used by the application is ErrDuplicate.
 	CreateTaskTx(ctx context.Context, tx TX, t NewTask) error
 
-	// RerunTx writes a new execution of the application's task with the
-	// next Number, status and first event (sequence 1), and makes it the
-	// task's current execution, in tx. ErrNotFound for an unknown task.
-	RerunTx(ctx context.Context, tx TX, app, taskID, executionID string, status ExecutionStatus, ev Event) (Execution, error)
+	// RerunTx writes a new execution of r's task with the next Number, its
+	// status and first event (sequence 1), and makes it the task's current
+	// execution, in tx. ErrNotFound for an unknown task.
+	RerunTx(ctx context.Context, tx TX, r Rerun) (Execution, error)
 
 	// TransitionTx applies t in tx if the execution is in t.From, appends
 	// t.Event with its next sequence, and returns the execution as it now

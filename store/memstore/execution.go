@@ -102,7 +102,8 @@ func (x *Executions) CreateTaskTx(ctx context.Context, tx *Tx, t store.NewTask) 
 	}
 	task.Input = slices.Clone(task.Input)
 	task.CurrentExecution, task.Status = t.ExecutionID, t.Status
-	e := store.Execution{App: task.App, ID: t.ExecutionID, TaskID: task.ID, Number: 1, Status: t.Status, CreatedAt: task.CreatedAt}
+	e := store.Execution{App: task.App, ID: t.ExecutionID, TaskID: task.ID, Number: 1, Status: t.Status, CreatedAt: task.CreatedAt,
+		Workflow: t.Workflow, Version: t.Version}
 	x.appendEvent(tx, &e, t.Event)
 	x.putTask(tx, task)
 	x.putExec(tx, e)
@@ -110,7 +111,8 @@ func (x *Executions) CreateTaskTx(ctx context.Context, tx *Tx, t store.NewTask) 
 }
 
 // RerunTx implements store.ExecutionStore.
-func (x *Executions) RerunTx(ctx context.Context, tx *Tx, app, taskID, executionID string, status store.ExecutionStatus, ev store.Event) (store.Execution, error) {
+func (x *Executions) RerunTx(ctx context.Context, tx *Tx, r store.Rerun) (store.Execution, error) {
+	app, taskID, executionID, status, ev := r.App, r.TaskID, r.ExecutionID, r.Status, r.Event
 	if err := tx.check(); err != nil {
 		return store.Execution{}, err
 	}
@@ -122,7 +124,8 @@ func (x *Executions) RerunTx(ctx context.Context, tx *Tx, app, taskID, execution
 		return store.Execution{}, fmt.Errorf("memstore: execution %q: %w", executionID, store.ErrDuplicate)
 	}
 	cur := x.execs[appID{app, task.CurrentExecution}]
-	e := store.Execution{App: app, ID: executionID, TaskID: taskID, Number: cur.Number + 1, Status: status, CreatedAt: ev.Time}
+	e := store.Execution{App: app, ID: executionID, TaskID: taskID, Number: cur.Number + 1, Status: status, CreatedAt: ev.Time,
+		Workflow: r.Workflow, Version: r.Version}
 	x.appendEvent(tx, &e, ev)
 	x.putExec(tx, e)
 	task.CurrentExecution, task.Status = executionID, status
@@ -143,6 +146,9 @@ func (x *Executions) TransitionTx(ctx context.Context, tx *Tx, t store.Transitio
 		return cloneExec(e), false, nil
 	}
 	e.Status = t.To
+	if t.Reopen {
+		e.FinishedAt, e.Output, e.Error = time.Time{}, nil, ""
+	}
 	if !t.StartedAt.IsZero() {
 		e.StartedAt = t.StartedAt
 	}
@@ -245,7 +251,7 @@ func (x *Executions) ListTasks(ctx context.Context, q store.TaskQuery) ([]store.
 	defer x.in.mu.Unlock()
 	var out []store.Task
 	for k, t := range x.tasks {
-		if k.app != q.App || (q.Type != "" && t.Type != q.Type) || (q.Status != 0 && t.Status != q.Status) {
+		if k.app != q.App || (q.Type != "" && t.Type != q.Type) || (q.Status != 0 && t.Status != q.Status) || (q.ExcludeType != "" && t.Type == q.ExcludeType) {
 			continue
 		}
 		if !q.AfterTime.IsZero() || q.AfterID != "" {

@@ -96,8 +96,8 @@ func insertOnce(ctx context.Context, tx pgx.Tx, query string, args ...any) error
 
 // insertExecution writes an execution created at createdAt, with its first
 // event (sequence 1).
-func insertExecution(ctx context.Context, tx pgx.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, ev store.Event) error {
-	if err := insertOnce(ctx, tx, executionInsertSQL, app, id, taskID, number, int16(status), createdAt); err != nil {
+func insertExecution(ctx context.Context, tx pgx.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, workflow string, version int, ev store.Event) error {
+	if err := insertOnce(ctx, tx, executionInsertSQL, app, id, taskID, number, int16(status), createdAt, workflow, version); err != nil {
 		return fmt.Errorf("execution %q: %w", id, err)
 	}
 	return insertEvent(ctx, tx, app, id, 1, ev)
@@ -118,7 +118,7 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx pgx.Tx, t store.NewTask) er
 		return execError("create task", task.App, task.ID, errors.New("app, task id, execution id and status are required"))
 	}
 	if err := checkText(map[string]string{"app": task.App, "task id": task.ID, "type": task.Type,
-		"external ref": task.ExternalRef, "execution id": t.ExecutionID}); err != nil {
+		"external ref": task.ExternalRef, "execution id": t.ExecutionID, "workflow": t.Workflow}); err != nil {
 		return execError("create task", task.App, task.ID, err)
 	}
 	if err := checkText(map[string]string{"event type": t.Event.Type}); err != nil {
@@ -130,7 +130,7 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx pgx.Tx, t store.NewTask) er
 	b := &pgx.Batch{}
 	b.Queue(taskInsertSQL, task.App, task.ID, task.Type, orEmpty(task.Input), task.ExternalRef,
 		orNull(task.Deadline), t.ExecutionID, int16(t.Status), task.CreatedAt)
-	b.Queue(executionInsertSQL, task.App, t.ExecutionID, task.ID, 1, int16(t.Status), task.CreatedAt)
+	b.Queue(executionInsertSQL, task.App, t.ExecutionID, task.ID, 1, int16(t.Status), task.CreatedAt, t.Workflow, t.Version)
 	b.Queue(executionEventInsertSQL, task.App, t.ExecutionID, int64(1), t.Event.Type, t.Event.Data, t.Event.Time)
 	res := tx.SendBatch(ctx, b)
 	err := func() error {
@@ -152,21 +152,23 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx pgx.Tx, t store.NewTask) er
 }
 
 // RerunTx implements store.ExecutionStore.
-func (s *Store) RerunTx(ctx context.Context, tx pgx.Tx, app, taskID, executionID string, status store.ExecutionStatus, ev store.Event) (store.Execution, error) {
-	if err := checkText(map[string]string{"app": app, "task id": taskID, "execution id": executionID}); err != nil {
+func (s *Store) RerunTx(ctx context.Context, tx pgx.Tx, r store.Rerun) (store.Execution, error) {
+	app, taskID, executionID, status, ev := r.App, r.TaskID, r.ExecutionID, r.Status, r.Event
+	if err := checkText(map[string]string{"app": app, "task id": taskID, "execution id": executionID, "workflow": r.Workflow}); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, err)
 	}
 	var number int
 	if err := tx.QueryRow(ctx, taskCurrentSQL, app, taskID).Scan(&number); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, err)
 	}
-	if err := insertExecution(ctx, tx, app, executionID, taskID, number+1, status, ev.Time, ev); err != nil {
+	if err := insertExecution(ctx, tx, app, executionID, taskID, number+1, status, ev.Time, r.Workflow, r.Version, ev); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, err)
 	}
 	if _, err := tx.Exec(ctx, taskMoveSQL, app, taskID, executionID, int16(status)); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, err)
 	}
-	return store.Execution{App: app, ID: executionID, TaskID: taskID, Number: number + 1, Status: status, LastSequence: 1, CreatedAt: ev.Time}, nil
+	return store.Execution{App: app, ID: executionID, TaskID: taskID, Number: number + 1, Status: status, LastSequence: 1, CreatedAt: ev.Time,
+		Workflow: r.Workflow, Version: r.Version}, nil
 }
 
 // scanExecution reads the columns of execution_get.sql and
@@ -174,7 +176,7 @@ func (s *Store) RerunTx(ctx context.Context, tx pgx.Tx, app, taskID, executionID
 func scanExecution(row pgx.Row, e *store.Execution) error {
 	var status int16
 	var started, finished *time.Time
-	if err := row.Scan(&e.TaskID, &e.Number, &status, &e.LastSequence, &e.CreatedAt, &started, &finished, &e.Output, &e.Error, &e.Progress); err != nil {
+	if err := row.Scan(&e.TaskID, &e.Number, &status, &e.LastSequence, &e.CreatedAt, &started, &finished, &e.Output, &e.Error, &e.Progress, &e.Workflow, &e.Version); err != nil {
 		return err
 	}
 	e.Status, e.StartedAt, e.FinishedAt = store.ExecutionStatus(status), valueOf(started), valueOf(finished)
@@ -208,7 +210,7 @@ func (s *Store) TransitionsTx(ctx context.Context, tx pgx.Tx, ts []store.Transit
 			output = t.Output
 		}
 		b.Queue(executionTransitionSQL, t.App, t.ID, int16(t.From), int16(t.To), orNull(t.StartedAt), orNull(t.FinishedAt), output,
-			t.Error, t.Progress, t.Event.Type, t.Event.Data, t.Event.Time)
+			t.Error, t.Progress, t.Event.Type, t.Event.Data, t.Event.Time, t.Reopen)
 	}, func(b *pgx.Batch, i int) {
 		b.Queue(executionGetSQL, ts[i].App, ts[i].ID)
 	}, func(row pgx.Row, i int) error {
@@ -336,14 +338,14 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]store.Task,
 	if q.Limit < 1 {
 		return nil, fmt.Errorf("idem/pgstore: list tasks: limit %d, want at least 1", q.Limit)
 	}
-	if err := checkText(map[string]string{"app": q.App, "type": q.Type, "cursor id": q.AfterID}); err != nil {
+	if err := checkText(map[string]string{"app": q.App, "type": q.Type, "cursor id": q.AfterID, "excluded type": q.ExcludeType}); err != nil {
 		return nil, fmt.Errorf("idem/pgstore: list tasks: %w", err)
 	}
 	var afterTime *time.Time
 	if !q.AfterTime.IsZero() || q.AfterID != "" {
 		afterTime = &q.AfterTime
 	}
-	rows, err := s.pool.Query(ctx, tasksListSQL, q.App, q.Type, int16(q.Status), afterTime, q.AfterID, q.Limit)
+	rows, err := s.pool.Query(ctx, tasksListSQL, q.App, q.Type, int16(q.Status), afterTime, q.AfterID, q.Limit, q.ExcludeType)
 	if err != nil {
 		return nil, fmt.Errorf("idem/pgstore: list tasks: %w", err)
 	}

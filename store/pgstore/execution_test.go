@@ -105,7 +105,7 @@ func TestTransitionPlan(t *testing.T) {
 		})
 	})
 	args := []any{"'app'", "'e00042'", 1, 2, "NULL::timestamptz", "NULL::timestamptz", "NULL::bytea", "''", 0,
-		"'idem.execution.queued'", `'\x7b7d'::bytea`, now}
+		"'idem.execution.queued'", `'\x7b7d'::bytea`, now, false}
 	for _, generic := range []bool{false, true} {
 		plan := explain(t, b.pool, generic, readSQL(t, "execution_transition.sql"), args...)
 		if strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Hash") {

@@ -68,9 +68,10 @@ func insertOnce(ctx context.Context, tx *sql.Tx, query string, args ...any) erro
 
 // insertExecution writes an execution created at createdAt, with its first
 // event (sequence 1).
-func insertExecution(ctx context.Context, tx *sql.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, ev store.Event) error {
+func insertExecution(ctx context.Context, tx *sql.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, workflow string, version int, ev store.Event) error {
 	if err := insertOnce(ctx, tx, executionInsertSQL, sql.Named("app", app), sql.Named("id", id), sql.Named("task_id", taskID),
-		sql.Named("number", number), sql.Named("status", int(status)), sql.Named("created_at", toMicros(createdAt))); err != nil {
+		sql.Named("number", number), sql.Named("status", int(status)), sql.Named("created_at", toMicros(createdAt)),
+		sql.Named("workflow", workflow), sql.Named("version", version)); err != nil {
 		return fmt.Errorf("execution %q: %w", id, err)
 	}
 	return insertEvent(ctx, tx, app, id, 1, ev)
@@ -97,11 +98,12 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx *sql.Tx, t store.NewTask) e
 		return execError("create task", task.App, task.ID, err)
 	}
 	return execError("create task", task.App, task.ID,
-		insertExecution(ctx, tx, task.App, t.ExecutionID, task.ID, 1, t.Status, task.CreatedAt, t.Event))
+		insertExecution(ctx, tx, task.App, t.ExecutionID, task.ID, 1, t.Status, task.CreatedAt, t.Workflow, t.Version, t.Event))
 }
 
 // RerunTx implements store.ExecutionStore.
-func (s *Store) RerunTx(ctx context.Context, tx *sql.Tx, app, taskID, executionID string, status store.ExecutionStatus, ev store.Event) (store.Execution, error) {
+func (s *Store) RerunTx(ctx context.Context, tx *sql.Tx, r store.Rerun) (store.Execution, error) {
+	app, taskID, executionID, status, ev := r.App, r.TaskID, r.ExecutionID, r.Status, r.Event
 	if tx == nil {
 		return store.Execution{}, execError("rerun", app, taskID, errors.New("tx is nil"))
 	}
@@ -109,14 +111,15 @@ func (s *Store) RerunTx(ctx context.Context, tx *sql.Tx, app, taskID, executionI
 	if err := tx.QueryRowContext(ctx, taskCurrentSQL, sql.Named("app", app), sql.Named("id", taskID)).Scan(&number); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, interpretError(err))
 	}
-	if err := insertExecution(ctx, tx, app, executionID, taskID, number+1, status, ev.Time, ev); err != nil {
+	if err := insertExecution(ctx, tx, app, executionID, taskID, number+1, status, ev.Time, r.Workflow, r.Version, ev); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, err)
 	}
 	if _, err := tx.ExecContext(ctx, taskMoveSQL, sql.Named("app", app), sql.Named("id", taskID),
 		sql.Named("execution_id", executionID), sql.Named("status", int(status))); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, interpretError(err))
 	}
-	return store.Execution{App: app, ID: executionID, TaskID: taskID, Number: number + 1, Status: status, LastSequence: 1, CreatedAt: ev.Time}, nil
+	return store.Execution{App: app, ID: executionID, TaskID: taskID, Number: number + 1, Status: status, LastSequence: 1, CreatedAt: ev.Time,
+		Workflow: r.Workflow, Version: r.Version}, nil
 }
 
 // scanExecution reads the columns of execution_get.sql and
@@ -124,7 +127,7 @@ func (s *Store) RerunTx(ctx context.Context, tx *sql.Tx, app, taskID, executionI
 func scanExecution(row interface{ Scan(...any) error }, e *store.Execution) error {
 	var status, created, started, finished int64
 	var errText string
-	if err := row.Scan(&e.TaskID, &e.Number, &status, &e.LastSequence, &created, &started, &finished, &e.Output, &errText, &e.Progress); err != nil {
+	if err := row.Scan(&e.TaskID, &e.Number, &status, &e.LastSequence, &created, &started, &finished, &e.Output, &errText, &e.Progress, &e.Workflow, &e.Version); err != nil {
 		return err
 	}
 	e.Status, e.Error = store.ExecutionStatus(status), errText
@@ -142,7 +145,7 @@ func (s *Store) TransitionTx(ctx context.Context, tx *sql.Tx, t store.Transition
 		sql.Named("app", t.App), sql.Named("id", t.ID), sql.Named("from", int(t.From)), sql.Named("to", int(t.To)),
 		sql.Named("started_at", toMicros(t.StartedAt)), sql.Named("finished_at", toMicros(t.FinishedAt)),
 		sql.Named("has_output", t.Output != nil), sql.Named("output", t.Output), sql.Named("error", t.Error),
-		sql.Named("progress", t.Progress)), &e)
+		sql.Named("progress", t.Progress), sql.Named("reopen", t.Reopen)), &e)
 	if errors.Is(err, sql.ErrNoRows) {
 		// Not in t.From, or no such execution: the row says which.
 		err = scanExecution(tx.QueryRowContext(ctx, executionGetSQL, sql.Named("app", t.App), sql.Named("id", t.ID)), &e)
@@ -243,7 +246,7 @@ func (s *Store) ListTasks(ctx context.Context, q store.TaskQuery) ([]store.Task,
 	if !q.AfterTime.IsZero() || q.AfterID != "" {
 		after = 1
 	}
-	rows, err := s.db.QueryContext(ctx, tasksListSQL, sql.Named("app", q.App), sql.Named("type", q.Type), sql.Named("status", int(q.Status)),
+	rows, err := s.db.QueryContext(ctx, tasksListSQL, sql.Named("app", q.App), sql.Named("type", q.Type), sql.Named("status", int(q.Status)), sql.Named("exclude", q.ExcludeType),
 		sql.Named("after", after), sql.Named("after_time", toMicros(q.AfterTime)), sql.Named("after_id", q.AfterID), sql.Named("limit", q.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list tasks: %w", interpretError(err))

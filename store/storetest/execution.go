@@ -368,13 +368,17 @@ func exerciseExecutions[TX any](t *testing.T, open Open[TX]) {
 		var e2 store.Execution
 		if err := inTx(t, s, func(ctx context.Context, tx TX) error {
 			var err error
-			e2, err = s.RerunTx(ctx, tx, "app-a", "t1", "t1-e2", store.ExecutionQueued, store.Event{Type: "idem.execution.queued", Time: t0.Add(time.Hour)})
+			e2, err = s.RerunTx(ctx, tx, store.Rerun{App: "app-a", TaskID: "t1", ExecutionID: "t1-e2", Status: store.ExecutionQueued,
+				Workflow: "checkout", Version: 3, Event: store.Event{Type: "idem.execution.queued", Time: t0.Add(time.Hour)}})
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if e2.Number != 2 || e2.TaskID != "t1" || e2.LastSequence != 1 || e2.Status != store.ExecutionQueued {
+		if e2.Number != 2 || e2.TaskID != "t1" || e2.LastSequence != 1 || e2.Status != store.ExecutionQueued || e2.Workflow != "checkout" || e2.Version != 3 {
 			t.Fatalf("rerun %+v", e2)
+		}
+		if got, err := s.GetExecution(ctx, "app-a", "t1-e2"); err != nil || got.Workflow != "checkout" || got.Version != 3 || got.Number != 2 {
+			t.Fatalf("rerun read back: %+v %v", got, err)
 		}
 		task, err := s.GetTask(ctx, "app-a", "t1")
 		if err != nil || task.CurrentExecution != "t1-e2" {
@@ -399,7 +403,7 @@ func exerciseExecutions[TX any](t *testing.T, open Open[TX]) {
 			t.Fatalf("new execution's sequences %v", got)
 		}
 		if err := inTx(t, s, func(ctx context.Context, tx TX) error {
-			_, err := s.RerunTx(ctx, tx, "app-a", "nope", "x", store.ExecutionQueued, store.Event{Time: t0})
+			_, err := s.RerunTx(ctx, tx, store.Rerun{App: "app-a", TaskID: "nope", ExecutionID: "x", Status: store.ExecutionQueued, Event: store.Event{Time: t0}})
 			return err
 		}); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("rerun of an unknown task: %v", err)
@@ -445,6 +449,50 @@ func exerciseExecutions[TX any](t *testing.T, open Open[TX]) {
 		}
 		if running, err := s.ListTasks(ctx, store.TaskQuery{App: "app-a", Status: store.ExecutionRunning, Limit: 10}); err != nil || len(running) != 0 {
 			t.Fatalf("by status: %+v %v", running, err)
+		}
+		if others, err := s.ListTasks(ctx, store.TaskQuery{App: "app-a", ExcludeType: "report", Limit: 10}); err != nil || len(others) != 4 ||
+			slices.ContainsFunc(others, func(t store.Task) bool { return t.Type == "report" }) {
+			t.Fatalf("without one type: %+v %v", others, err)
+		}
+	})
+
+	t.Run("WorkflowExecutionsAndReopen", func(t *testing.T) {
+		t.Parallel()
+		s, _ := setup(t)
+		nt := newTask("app-a", "w1", t0)
+		nt.Workflow, nt.Version = "checkout", 2
+		create(t, s, nt)
+		e, err := s.GetExecution(ctx, "app-a", nt.ExecutionID)
+		if err != nil || e.Workflow != "checkout" || e.Version != 2 {
+			t.Fatalf("workflow execution %+v %v", e, err)
+		}
+		move := func(tr store.Transition) store.Execution {
+			t.Helper()
+			tr.App, tr.ID, tr.Event = "app-a", nt.ExecutionID, store.Event{Type: "idem.execution.x", Time: t0}
+			var got store.Execution
+			if err := inTx(t, s, func(ctx context.Context, tx TX) error {
+				var applied bool
+				var err error
+				if got, applied, err = s.TransitionTx(ctx, tx, tr); err == nil && !applied {
+					err = fmt.Errorf("%+v did not apply", tr)
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		failed := move(store.Transition{From: nt.Status, To: store.ExecutionFailed, FinishedAt: t0.Add(time.Second), Error: "boom", Output: []byte(`{"x":1}`)})
+		if failed.FinishedAt.IsZero() || failed.Error != "boom" || failed.Workflow != "checkout" || failed.Version != 2 {
+			t.Fatalf("failed %+v", failed)
+		}
+		// An operator's retry reopens it: no finish, output or error.
+		reopened := move(store.Transition{From: store.ExecutionFailed, To: store.ExecutionQueued, Reopen: true})
+		if !reopened.FinishedAt.IsZero() || reopened.Error != "" || reopened.Output != nil || reopened.Status != store.ExecutionQueued {
+			t.Fatalf("reopened %+v", reopened)
+		}
+		if got, err := s.GetExecution(ctx, "app-a", nt.ExecutionID); err != nil || !got.FinishedAt.IsZero() || got.Error != "" || got.Output != nil || got.Version != 2 {
+			t.Fatalf("reopened, read back: %+v %v", got, err)
 		}
 	})
 

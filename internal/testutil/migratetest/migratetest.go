@@ -37,7 +37,7 @@ type Schema struct {
 // DownUp takes the newest k migrations down, for every k from one to all
 // of them, newest first, as `goose down` would (a store never migrates
 // down by itself). Each migration taken down must drop objects (tables,
-// indexes) of its own and no other; then New must refuse the schema, and
+// indexes, columns) of its own and no other; then New must refuse the schema, and
 // the store's Migrate must apply exactly the missing migrations, in order,
 // bringing every object back, after which New accepts the schema.
 func DownUp(t *testing.T, s Schema) {
@@ -92,15 +92,19 @@ func DownUp(t *testing.T, s Schema) {
 	}
 }
 
-// tables lists the store's tables and indexes in DB ("table name",
-// "index name"), without the migrator's own and SQLite's internal ones.
+// tables lists the store's tables, indexes and columns in DB ("table
+// name", "index name", "column table.name"), without the migrator's own and SQLite's internal ones.
 func tables(t *testing.T, s Schema) []string {
 	t.Helper()
 	q := map[migrate.Dialect]string{
 		migrate.SQLite: `SELECT type || ' ' || name FROM sqlite_master WHERE type IN ('table', 'index')
-			AND name NOT LIKE 'sqlite\_%' ESCAPE '\' AND tbl_name <> ?`,
+			AND name NOT LIKE 'sqlite\_%' ESCAPE '\' AND tbl_name <> ?1
+			UNION ALL SELECT 'column ' || m.name || '.' || c.name FROM sqlite_master m, pragma_table_info(m.name) c
+			WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite\_%' ESCAPE '\' AND m.name <> ?1`,
 		migrate.Postgres: `SELECT 'table ' || tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename <> $1
-			UNION ALL SELECT 'index ' || indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename <> $1`,
+			UNION ALL SELECT 'index ' || indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename <> $1
+			UNION ALL SELECT 'column ' || table_name || '.' || column_name FROM information_schema.columns
+			WHERE table_schema = current_schema() AND table_name <> $1`,
 	}[s.Dialect]
 	rows, err := s.DB.Query(q, migrate.TableName)
 	if err != nil {

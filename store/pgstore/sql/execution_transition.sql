@@ -10,18 +10,19 @@
 -- move it.
 -- $1 app, $2 id, $3 from, $4 to, $5 started_at, $6 finished_at (NULL to
 -- keep), $7 output (NULL to keep), $8 error ('' to keep), $9 progress (0
--- to keep), $10 event type, $11 event data, $12 event time.
+-- to keep), $10 event type, $11 event data, $12 event time, $13 reopen
+-- (finished_at, output and error cleared: an operator's retry).
 WITH e AS (
     UPDATE idem_executions
     SET status      = $4,
         last_seq    = last_seq + 1,
         started_at  = coalesce($5, started_at),
-        finished_at = coalesce($6, finished_at),
-        output      = coalesce($7, output),
-        error       = CASE WHEN $8 <> '' THEN $8 ELSE error END,
+        finished_at = CASE WHEN $13 THEN NULL ELSE coalesce($6, finished_at) END,
+        output      = CASE WHEN $13 THEN NULL ELSE coalesce($7, output) END,
+        error       = CASE WHEN $8 <> '' THEN $8 WHEN $13 THEN '' ELSE error END,
         progress    = CASE WHEN $9 <> 0 THEN $9 ELSE progress END
     WHERE app = $1 AND id = $2 AND status = $3
-    RETURNING task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress
+    RETURNING task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress, workflow, version
 ), ev AS (
     INSERT INTO idem_execution_events (app, execution_id, seq, type, data, at)
     SELECT $1, $2, e.last_seq, $10, $11, $12 FROM e
@@ -32,4 +33,4 @@ WITH e AS (
     UPDATE idem_tasks SET status = (SELECT status FROM e)
     WHERE app = $1 AND id = (SELECT task_id FROM e) AND current_execution = $2
 )
-SELECT task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress FROM e
+SELECT task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress, workflow, version FROM e

@@ -1,4 +1,4 @@
 -- CreateTaskTx, RerunTx: an execution with its first event's sequence.
-INSERT INTO idem_executions (app, id, task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress)
-VALUES (:app, :id, :task_id, :number, :status, 1, :created_at, 0, 0, NULL, '', 0)
+INSERT INTO idem_executions (app, id, task_id, number, status, last_seq, created_at, started_at, finished_at, output, error, progress, workflow, version)
+VALUES (:app, :id, :task_id, :number, :status, 1, :created_at, 0, 0, NULL, '', 0, :workflow, :version)
 ON CONFLICT DO NOTHING
