@@ -45,6 +45,34 @@ type TypeConfig struct {
 	// again. Defaults to false (repeatable: its workers send stable
 	// downstream keys).
 	Once bool
+	// Next, when set, makes the type's executions run many steps, one
+	// after another (a workflow's vertices): it is called in the
+	// transaction that completes one of their steps, and returns the step
+	// that runs next, or nil and the execution's output when it is done.
+	// An error fails the execution there (the completed step stays
+	// completed). It must decide on c alone, and the same way every time:
+	// a completion that is settled again must continue the same way.
+	// Defaults to nil: one step per execution.
+	Next func(ctx context.Context, c Continuation) (next *StepSpec, output json.RawMessage, err error)
+}
+
+// Continuation is what TypeConfig.Next decides on.
+type Continuation struct {
+	Task      store.Task
+	Execution store.Execution
+	// Steps are the execution's steps in creation order, Done among them.
+	Steps []store.Step
+	// Done is the step that just completed, with its output.
+	Done store.Step
+}
+
+// StepSpec is a step an execution runs: its name and the downstream key
+// every attempt of it sends (computed once, when it is added).
+type StepSpec struct {
+	Name           string
+	IdempotencyKey string
+	// Once marks it once-only, as TypeConfig.Once does a type's steps.
+	Once bool
 }
 
 // Defaults of TypeConfig.
@@ -129,13 +157,23 @@ type NewTask struct {
 	Input       json.RawMessage
 	ExternalRef string
 	Deadline    time.Time
+	// Workflow and Version, when set, name the workflow its execution runs
+	// (a workflow's run: its events and callbacks name the workflow, not
+	// the task).
+	Workflow string
+	Version  int
+	// Step, when set, is its first step; defaults to one named after the
+	// type, with a key of the execution's.
+	Step *StepSpec
 }
 
 // eventData is the JSON data of every event.
 type eventData struct {
-	TaskID      string          `json:"taskId"`
+	TaskID      string          `json:"taskId,omitempty"`
 	ExecutionID string          `json:"executionId"`
 	Number      int             `json:"executionNumber"`
+	Workflow    string          `json:"workflow,omitempty"`
+	Version     int             `json:"version,omitempty"`
 	Status      string          `json:"status"`
 	ExternalRef string          `json:"externalRef,omitempty"`
 	Progress    *int            `json:"progress,omitempty"`
@@ -146,7 +184,10 @@ type eventData struct {
 // event builds the event that reports e's status (or progress).
 func (en *Engine[TX]) event(task store.Task, e store.Execution, typ string, progress *int) store.Event {
 	d := eventData{TaskID: task.ID, ExecutionID: e.ID, Number: e.Number, Status: Status(e.Status).String(), ExternalRef: task.ExternalRef,
-		Progress: progress, Output: e.Output, Error: e.Error}
+		Progress: progress, Output: e.Output, Error: e.Error, Workflow: e.Workflow, Version: e.Version}
+	if e.Workflow != "" {
+		d.TaskID = "" // a workflow's run: its task is the engine's own
+	}
 	data, _ := json.Marshal(d) // plain types always marshal
 	return store.Event{ExecutionID: e.ID, Type: typ, Data: data, Time: en.cfg.Now()}
 }
@@ -176,17 +217,19 @@ func (en *Engine[TX]) CreateTx(ctx context.Context, tx TX, app string, nt NewTas
 	now := en.cfg.Now()
 	task := store.Task{App: app, ID: en.cfg.NewID(), Type: nt.Type, Input: nt.Input, ExternalRef: nt.ExternalRef,
 		Deadline: nt.Deadline, CreatedAt: now}
-	e := store.Execution{App: app, ID: en.cfg.NewID(), TaskID: task.ID, Number: 1, Status: store.ExecutionCreated, LastSequence: 1, CreatedAt: now}
+	e := store.Execution{App: app, ID: en.cfg.NewID(), TaskID: task.ID, Number: 1, Status: store.ExecutionCreated, LastSequence: 1, CreatedAt: now,
+		Workflow: nt.Workflow, Version: nt.Version}
 	task.CurrentExecution, task.Status = e.ID, e.Status
 	first := en.event(task, e, statusType(StatusCreated), nil)
-	if err := en.s.CreateTaskTx(ctx, tx, store.NewTask{Task: task, ExecutionID: e.ID, Status: e.Status, Event: first}); err != nil {
+	if err := en.s.CreateTaskTx(ctx, tx, store.NewTask{Task: task, ExecutionID: e.ID, Status: e.Status, Event: first,
+		Workflow: e.Workflow, Version: e.Version}); err != nil {
 		return store.Task{}, store.Execution{}, err
 	}
 	first.Sequence = 1
 	if err := en.emit(ctx, tx, task, e, first); err != nil {
 		return store.Task{}, store.Execution{}, err
 	}
-	e, err := en.queue(ctx, tx, task, e, tc)
+	e, err := en.queue(ctx, tx, task, e, tc, nt.Step)
 	if err != nil {
 		return store.Task{}, store.Execution{}, err
 	}
@@ -194,18 +237,26 @@ func (en *Engine[TX]) CreateTx(ctx context.Context, tx TX, app string, nt NewTas
 	return task, e, nil
 }
 
-// queue moves a CREATED execution to QUEUED and dispatches its step.
-func (en *Engine[TX]) queue(ctx context.Context, tx TX, task store.Task, e store.Execution, tc TypeConfig) (store.Execution, error) {
+// queue moves a CREATED execution to QUEUED and dispatches its first
+// step (first, or one named after the type).
+func (en *Engine[TX]) queue(ctx context.Context, tx TX, task store.Task, e store.Execution, tc TypeConfig, first *StepSpec) (store.Execution, error) {
 	e, err := en.transition(ctx, tx, task, e, ActionQueue, store.Transition{})
 	if err != nil {
 		return store.Execution{}, err
 	}
-	step := store.Step{App: task.App, ID: en.cfg.NewID(), ExecutionID: e.ID, Name: task.Type, Type: task.Type, Once: tc.Once,
-		Status: store.StepDispatched, DueAt: e.CreatedAt, IdempotencyKey: e.ID + ":" + task.Type, CreatedAt: e.CreatedAt}
-	if err := en.s.AddStepTx(ctx, tx, step); err != nil {
-		return store.Execution{}, err
+	if first == nil {
+		first = &StepSpec{Name: task.Type, IdempotencyKey: e.ID + ":" + task.Type, Once: tc.Once}
 	}
-	return e, nil
+	return e, en.dispatch(ctx, tx, task, e, *first, e.CreatedAt)
+}
+
+// dispatch adds step s of e, ready for a worker from due on.
+func (en *Engine[TX]) dispatch(ctx context.Context, tx TX, task store.Task, e store.Execution, s StepSpec, due time.Time) error {
+	if s.Name == "" {
+		return fmt.Errorf("%w: a step needs a name", ErrBadInput)
+	}
+	return en.s.AddStepTx(ctx, tx, store.Step{App: task.App, ID: en.cfg.NewID(), ExecutionID: e.ID, Name: s.Name, Type: task.Type,
+		Once: s.Once || en.cfg.Types[task.Type].Once, Status: store.StepDispatched, DueAt: due, IdempotencyKey: s.IdempotencyKey, CreatedAt: en.cfg.Now()})
 }
 
 // transition applies action a to e in tx (decided by Next on e's status)

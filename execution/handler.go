@@ -50,6 +50,19 @@ func (p permanent) Unwrap() error { return p.error }
 // retried.
 func Permanent(err error) error { return permanent{err} }
 
+// retryAfter asks for a retry after a wait.
+type retryAfter struct {
+	error
+	wait time.Duration
+}
+
+func (r retryAfter) Unwrap() error { return r.error }
+
+// RetryAfter wraps err so that the step's retry (within its type's
+// budget) waits d instead of the type's backoff: the wait a target asked
+// for (Retry-After), or a handler's own backoff.
+func RetryAfter(err error, d time.Duration) error { return retryAfter{err, d} }
+
 // WorkerConfig configures a Worker.
 type WorkerConfig struct {
 	// Poll is the wait between claims when no step is ready. Defaults to
@@ -93,6 +106,9 @@ type Worker[TX any] struct {
 	handlers map[string]Handler[TX]
 	types    []string
 	cfg      WorkerConfig
+	// kick wakes an idle Run when a settle may have dispatched a step (a
+	// multi-step execution's next), so that it runs without a poll's wait.
+	kick chan struct{}
 }
 
 // NewWorker returns a worker with handlers by task type; every type must
@@ -101,7 +117,7 @@ func (en *Engine[TX]) NewWorker(handlers map[string]Handler[TX], cfg *WorkerConf
 	if len(handlers) == 0 {
 		return nil, fmt.Errorf("%w: a worker needs at least one handler", ErrBadConfig)
 	}
-	w := &Worker[TX]{en: en, handlers: handlers}
+	w := &Worker[TX]{en: en, handlers: handlers, kick: make(chan struct{}, 1)}
 	if cfg != nil {
 		w.cfg = *cfg
 	}
@@ -219,6 +235,7 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 				if !ok {
 					wake, listenAt = nil, time.Now().Add(relisten) // the listener failed: poll, and listen again later
 				}
+			case <-w.kick:
 			case <-time.After(w.cfg.Poll):
 			}
 		}
@@ -292,9 +309,17 @@ func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], slot
 				break more
 			}
 		}
+		next := false
 		for i, err := range w.settle(ctx, batch) {
 			if err != nil {
 				w.en.cfg.Logger.WarnContext(ctx, "execution: worker step failed", "step", batch[i].c.Step.ID, "error", err)
+			}
+			next = next || w.en.cfg.Types[batch[i].c.Step.Type].Next != nil
+		}
+		if next {
+			select {
+			case w.kick <- struct{}{}:
+			default:
 			}
 		}
 		for range batch {
@@ -347,7 +372,11 @@ func (w *Worker[TX]) settleBatchTx(ctx context.Context, tx TX, batch []ended[TX]
 func (w *Worker[TX]) settleTx(ctx context.Context, tx TX, e ended[TX]) error {
 	st := e.c.Step
 	if e.err != nil {
-		_, err := w.en.FailTx(ctx, tx, st.App, st.ID, st.Epoch, e.err.Error(), !errors.As(e.err, new(permanent)))
+		var wait time.Duration
+		if r, ok := errors.AsType[retryAfter](e.err); ok {
+			wait = r.wait
+		}
+		_, err := w.en.failTx(ctx, tx, st.App, st.ID, st.Epoch, e.err.Error(), !errors.As(e.err, new(permanent)), wait)
 		return err
 	}
 	if e.res.Writes != nil {

@@ -31,9 +31,12 @@ const (
 	ActionCancel
 	// ActionTimeout: its deadline passed.
 	ActionTimeout
+	// ActionResume: an operator retries a FAILED execution: its failed
+	// step runs again (with the same downstream key).
+	ActionResume
 )
 
-var actionNames = [...]string{"", "queue", "start", "requeue", "succeed", "fail", "cancel", "timeout"}
+var actionNames = [...]string{"", "queue", "start", "requeue", "succeed", "fail", "cancel", "timeout", "resume"}
 
 func (a Action) String() string {
 	if a != 0 && int(a) < len(actionNames) {
@@ -45,7 +48,8 @@ func (a Action) String() string {
 // Next returns the status an execution in s moves to on a. changed is
 // false when a is a repeat that changes nothing (cancel while CANCELING or
 // CANCELED): answer it as done, and write no event. A terminal status
-// refuses every action but that repeat.
+// refuses every action but that repeat, and an operator's resume of a
+// FAILED one.
 //
 //	CREATED ──queue──► QUEUED ──start──► RUNNING ──succeed──► SUCCEEDED
 //	   │                 ▲ │               │ │ └───fail──────► FAILED
@@ -54,6 +58,7 @@ func (a Action) String() string {
 //	                     ▲                 ▼
 //	                     └──fail/requeue── CANCELING ──succeed──► SUCCEEDED
 //	any live status ──timeout──► TIMED_OUT
+//	FAILED ──resume──► QUEUED (an operator's retry)
 //
 // A step that completes while its execution is CANCELING finished before
 // the cancel reached its worker: the execution SUCCEEDED, as it did.
@@ -84,6 +89,8 @@ func Next(s Status, a Action) (next Status, changed bool, err error) {
 		return StatusFailed, true, nil
 	case s == StatusCanceling && (a == ActionFail || a == ActionRequeue):
 		return StatusCanceled, true, nil
+	case s == StatusFailed && a == ActionResume:
+		return StatusQueued, true, nil
 	}
 	return s, false, fmt.Errorf("%w: %v on a %v execution", ErrIllegalTransition, a, s)
 }

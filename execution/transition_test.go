@@ -29,10 +29,11 @@ func TestNext(t *testing.T) {
 		{StatusCanceling, ActionFail}:    StatusCanceled,
 		{StatusCanceling, ActionRequeue}: StatusCanceled,
 		{StatusCanceling, ActionTimeout}: StatusTimedOut,
+		{StatusFailed, ActionResume}:     StatusQueued,
 	}
 	repeats := map[edge]bool{{StatusCanceling, ActionCancel}: true, {StatusCanceled, ActionCancel}: true}
 	for s := StatusCreated; s <= StatusCanceled; s++ {
-		for a := ActionQueue; a <= ActionTimeout; a++ {
+		for a := ActionQueue; a <= ActionResume; a++ {
 			next, changed, err := Next(s, a)
 			want, ok := allowed[edge{s, a}]
 			switch {
@@ -44,8 +45,8 @@ func TestNext(t *testing.T) {
 				if next != want || !changed || err != nil {
 					t.Errorf("%v on %v = %v %v %v, want %v", a, s, next, changed, err, want)
 				}
-				if s.Terminal() {
-					t.Errorf("terminal %v moved on %v", s, a)
+				if s.Terminal() && a != ActionResume {
+					t.Errorf("terminal %v moved on %v (only an operator's resume moves one)", s, a)
 				}
 			default:
 				if next != s || changed || !errors.Is(err, ErrIllegalTransition) {

@@ -238,7 +238,46 @@ func (en *Engine[TX]) CompleteTx(ctx context.Context, tx TX, app, stepID string,
 	if err != nil {
 		return store.Execution{}, err
 	}
-	return en.succeed(ctx, tx, task, e, output)
+	return en.stepDone(ctx, tx, task, e, st)
+}
+
+// stepDone moves e on after its step st completed: to its next step when
+// its type runs many (TypeConfig.Next), else to SUCCEEDED with the step's
+// output. An execution whose cancel was asked meanwhile is CANCELED
+// instead of going on.
+func (en *Engine[TX]) stepDone(ctx context.Context, tx TX, task store.Task, e store.Execution, st store.Step) (store.Execution, error) {
+	tc := en.cfg.Types[st.Type]
+	if tc.Next == nil {
+		return en.succeed(ctx, tx, task, e, st.Output)
+	}
+	if Status(e.Status) == StatusCanceling {
+		return en.transition(ctx, tx, task, e, ActionFail, store.Transition{Error: "canceled"})
+	}
+	steps, err := en.s.ListStepsTx(ctx, tx, st.App, e.ID)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	next, output, err := tc.Next(ctx, Continuation{Task: task, Execution: e, Steps: steps, Done: st})
+	switch {
+	case err != nil:
+		return en.transition(ctx, tx, task, e, ActionFail, store.Transition{Error: err.Error()})
+	case next == nil:
+		return en.succeed(ctx, tx, task, e, output)
+	}
+	if Status(e.Status) != StatusRunning {
+		return e, fmt.Errorf("%w: a step of a %v execution completed", ErrIllegalTransition, Status(e.Status))
+	}
+	return e, en.dispatch(ctx, tx, task, e, *next, en.cfg.Now())
+}
+
+// multiStep says whether one of cs's types runs many steps.
+func (en *Engine[TX]) multiStep(cs []Claimed) bool {
+	for _, c := range cs {
+		if en.cfg.Types[c.Step.Type].Next != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // completeClaimedTx completes c's step with output as CompleteTx does, for
@@ -255,14 +294,18 @@ func (en *Engine[TX]) completeClaimedTx(ctx context.Context, tx TX, c Claimed, o
 	if err != nil {
 		return err
 	}
-	if _, err := en.succeed(ctx, tx, c.Task, c.Execution, output); !errors.Is(err, ErrIllegalTransition) {
-		return err
+	if en.cfg.Types[st.Type].Next == nil {
+		if _, err := en.succeed(ctx, tx, c.Task, c.Execution, output); !errors.Is(err, ErrIllegalTransition) {
+			return err
+		}
 	}
+	// A multi-step execution goes on without a transition to catch a
+	// change with, so it is read again, as one that changed is.
 	task, e, err := en.owners(ctx, tx, st)
 	if err != nil {
 		return err
 	}
-	_, err = en.succeed(ctx, tx, task, e, output)
+	_, err = en.stepDone(ctx, tx, task, e, st)
 	return err
 }
 
@@ -273,6 +316,15 @@ func (en *Engine[TX]) completeClaimedTx(ctx context.Context, tx TX, c Claimed, o
 // fails the whole, and the caller's transaction must roll back (the worker
 // then settles each step alone).
 func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Claimed, outputs []json.RawMessage) error {
+	if en.multiStep(cs) {
+		// Each decides its next step on its execution as it now is.
+		for i, c := range cs {
+			if err := en.completeClaimedTx(ctx, tx, c, outputs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	us := make([]store.StepUpdate, len(cs))
 	changes := make([]change, len(cs))
 	for i, c := range cs {
@@ -303,6 +355,11 @@ func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Cla
 // QUEUED meanwhile); otherwise the step FAILED, and its execution FAILED
 // (or CANCELED, when its cancel was asked).
 func (en *Engine[TX]) FailTx(ctx context.Context, tx TX, app, stepID string, epoch int64, errText string, retryable bool) (store.Execution, error) {
+	return en.failTx(ctx, tx, app, stepID, epoch, errText, retryable, 0)
+}
+
+// failTx is FailTx with the wait before a retry (0: the type's backoff).
+func (en *Engine[TX]) failTx(ctx context.Context, tx TX, app, stepID string, epoch int64, errText string, retryable bool, wait time.Duration) (store.Execution, error) {
 	if errText == "" {
 		errText = "failed"
 	}
@@ -316,8 +373,11 @@ func (en *Engine[TX]) FailTx(ctx context.Context, tx TX, app, stepID string, epo
 	}
 	tc := en.cfg.Types[st.Type]
 	if retryable && st.Attempts < tc.MaxAttempts && Status(e.Status) == StatusRunning && !st.CancelRequested {
+		if wait <= 0 {
+			wait = en.backoff(tc, st.Attempts)
+		}
 		if _, err := en.updateStep(ctx, tx, st, StepActionRetry, store.StepUpdate{
-			DueAt: en.cfg.Now().Add(en.backoff(tc, st.Attempts)), Error: errText, ClearClaim: true}); err != nil {
+			DueAt: en.cfg.Now().Add(wait), Error: errText, ClearClaim: true}); err != nil {
 			return store.Execution{}, err
 		}
 		return en.transition(ctx, tx, task, e, ActionRequeue, store.Transition{})
@@ -501,7 +561,7 @@ func (en *Engine[TX]) ResolveTx(ctx context.Context, tx TX, app, stepID string, 
 		if st, err = en.updateStep(ctx, tx, st, StepActionResolveDone, store.StepUpdate{Output: output}); err != nil {
 			return store.Step{}, err
 		}
-		_, err = en.succeed(ctx, tx, task, e, output)
+		_, err = en.stepDone(ctx, tx, task, e, st)
 	default:
 		return store.Step{}, fmt.Errorf("%w: verdict %d", ErrBadInput, v)
 	}
@@ -522,25 +582,120 @@ func (en *Engine[TX]) RerunTx(ctx context.Context, tx TX, app, taskID string) (s
 	if err != nil {
 		return store.Execution{}, notFound(err)
 	}
+	return en.rerun(ctx, tx, task, cur, cur.Version, nil)
+}
+
+// StartOver is how StartOverTx starts an execution again.
+type StartOver struct {
+	// Version is the new execution's version (0: the old one's).
+	Version int
+	// Step is its first step (nil: as CreateTx's default).
+	Step *StepSpec
+}
+
+// StartOverTx starts the application's execution over, as RerunTx does
+// its task: a new execution (number N+1) of the same input, pinned to
+// so.Version, whose steps run again from so.Step with the keys computed
+// from that input (the same as the old run's where they derive from it,
+// so targets absorb the repeat of what the old run did). The execution
+// must be its task's current one and finished (ErrIllegalTransition).
+func (en *Engine[TX]) StartOverTx(ctx context.Context, tx TX, app, executionID string, so StartOver) (store.Execution, error) {
+	cur, err := en.s.GetExecutionTx(ctx, tx, app, executionID)
+	if err != nil {
+		return store.Execution{}, notFound(err)
+	}
+	task, err := en.s.GetTaskTx(ctx, tx, app, cur.TaskID)
+	if err != nil {
+		return store.Execution{}, notFound(err)
+	}
+	if task.CurrentExecution != cur.ID {
+		return store.Execution{}, fmt.Errorf("%w: execution %s was started over already (by %s)", ErrIllegalTransition, cur.ID, task.CurrentExecution)
+	}
+	version := so.Version
+	if version == 0 {
+		version = cur.Version
+	}
+	return en.rerun(ctx, tx, task, cur, version, so.Step)
+}
+
+// rerun starts task's execution after cur, which must have finished.
+func (en *Engine[TX]) rerun(ctx context.Context, tx TX, task store.Task, cur store.Execution, version int, first *StepSpec) (store.Execution, error) {
 	if !Status(cur.Status).Terminal() {
-		return store.Execution{}, fmt.Errorf("%w: rerun of a task whose execution is %v", ErrIllegalTransition, Status(cur.Status))
+		return store.Execution{}, fmt.Errorf("%w: a new run while the execution is %v (cancel it first)", ErrIllegalTransition, Status(cur.Status))
 	}
 	tc, ok := en.cfg.Types[task.Type]
 	if !ok {
 		return store.Execution{}, fmt.Errorf("%w: %q", ErrUnknownType, task.Type)
 	}
 	id := en.cfg.NewID()
-	e := store.Execution{App: app, ID: id, TaskID: task.ID, Number: cur.Number + 1, Status: store.ExecutionCreated, CreatedAt: en.cfg.Now()}
-	first := en.event(task, e, statusType(StatusCreated), nil)
-	if e, err = en.s.RerunTx(ctx, tx, store.Rerun{App: app, TaskID: task.ID, ExecutionID: id, Status: store.ExecutionCreated, Event: first}); err != nil {
+	e := store.Execution{App: task.App, ID: id, TaskID: task.ID, Number: cur.Number + 1, Status: store.ExecutionCreated, CreatedAt: en.cfg.Now(),
+		Workflow: cur.Workflow, Version: version}
+	first0 := en.event(task, e, statusType(StatusCreated), nil)
+	e, err := en.s.RerunTx(ctx, tx, store.Rerun{App: task.App, TaskID: task.ID, ExecutionID: id, Status: store.ExecutionCreated,
+		Workflow: e.Workflow, Version: e.Version, Event: first0})
+	if err != nil {
 		return store.Execution{}, err
 	}
-	first.Sequence = 1
+	first0.Sequence = 1
 	task.CurrentExecution, task.Status = e.ID, e.Status
-	if err := en.emit(ctx, tx, task, e, first); err != nil {
+	if err := en.emit(ctx, tx, task, e, first0); err != nil {
 		return store.Execution{}, err
 	}
-	return en.queue(ctx, tx, task, e, tc)
+	return en.queue(ctx, tx, task, e, tc, first)
+}
+
+// RetryTx is an operator's retry of the application's execution: the same
+// execution goes on where it stopped, with the same downstream keys. A
+// FAILED one runs its failed last step again (a new step of the same name
+// and key, with a fresh retry budget) and is QUEUED, reopened; a RUNNING
+// one runs its OUTCOME_UNKNOWN steps again (as ResolveTx with
+// VerdictRetry). A step that completed never runs again. A live execution
+// with nothing to retry is answered as it is (a repeated retry changes
+// nothing); a finished one that cannot go on (SUCCEEDED, CANCELED,
+// TIMED_OUT, or FAILED after its last step completed) is
+// ErrIllegalTransition.
+func (en *Engine[TX]) RetryTx(ctx context.Context, tx TX, app, executionID string) (store.Execution, error) {
+	e, err := en.s.GetExecutionTx(ctx, tx, app, executionID)
+	if err != nil {
+		return store.Execution{}, notFound(err)
+	}
+	task, err := en.s.GetTaskTx(ctx, tx, app, e.TaskID)
+	if err != nil {
+		return store.Execution{}, notFound(err)
+	}
+	steps, err := en.s.ListStepsTx(ctx, tx, app, executionID)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	switch Status(e.Status) {
+	case StatusFailed:
+		if len(steps) == 0 || StepStatus(steps[len(steps)-1].Status) != StepFailed {
+			return store.Execution{}, fmt.Errorf("%w: the execution failed after its last step completed: nothing to retry (start it over)", ErrIllegalTransition)
+		}
+		last := steps[len(steps)-1]
+		if e, err = en.transition(ctx, tx, task, e, ActionResume, store.Transition{Reopen: true}); err != nil {
+			return store.Execution{}, err
+		}
+		return e, en.dispatch(ctx, tx, task, e, StepSpec{Name: last.Name, IdempotencyKey: last.IdempotencyKey, Once: last.Once}, en.cfg.Now())
+	case StatusRunning:
+		n := 0
+		for _, st := range steps {
+			if StepStatus(st.Status) != StepOutcomeUnknown {
+				continue
+			}
+			if _, err := en.updateStep(ctx, tx, st, StepActionResolveRetry, store.StepUpdate{DueAt: en.cfg.Now()}); err != nil {
+				return store.Execution{}, err
+			}
+			n++
+		}
+		if n > 0 {
+			return en.transition(ctx, tx, task, e, ActionRequeue, store.Transition{})
+		}
+	}
+	if !Status(e.Status).Terminal() {
+		return e, nil // going on already (a repeated retry): nothing to do
+	}
+	return store.Execution{}, fmt.Errorf("%w: retry of a %v execution", ErrIllegalTransition, Status(e.Status))
 }
 
 // timeOut moves the executions past their task's deadline to TIMED_OUT,
