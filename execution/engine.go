@@ -165,6 +165,10 @@ type NewTask struct {
 	// Step, when set, is its first step; defaults to one named after the
 	// type, with a key of the execution's.
 	Step *StepSpec
+	// ExecutionID, when set, is its execution's ID (a workflow trigger's,
+	// which derives from its identity); one the application used already
+	// is store.ErrDuplicate. Defaults to a new one.
+	ExecutionID string
 }
 
 // eventData is the JSON data of every event.
@@ -217,7 +221,11 @@ func (en *Engine[TX]) CreateTx(ctx context.Context, tx TX, app string, nt NewTas
 	now := en.cfg.Now()
 	task := store.Task{App: app, ID: en.cfg.NewID(), Type: nt.Type, Input: nt.Input, ExternalRef: nt.ExternalRef,
 		Deadline: nt.Deadline, CreatedAt: now}
-	e := store.Execution{App: app, ID: en.cfg.NewID(), TaskID: task.ID, Number: 1, Status: store.ExecutionCreated, LastSequence: 1, CreatedAt: now,
+	id := nt.ExecutionID
+	if id == "" {
+		id = en.cfg.NewID()
+	}
+	e := store.Execution{App: app, ID: id, TaskID: task.ID, Number: 1, Status: store.ExecutionCreated, LastSequence: 1, CreatedAt: now,
 		Workflow: nt.Workflow, Version: nt.Version}
 	task.CurrentExecution, task.Status = e.ID, e.Status
 	first := en.event(task, e, statusType(StatusCreated), nil)

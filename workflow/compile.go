@@ -41,6 +41,54 @@ type Workflow struct {
 	entry string
 	steps map[string]*step
 	out   map[string][]route
+	// window and reuse are the ENTRY_POINT's idempotencyWindow and
+	// reusePolicy.
+	window time.Duration
+	reuse  Reuse
+}
+
+// Reuse is what a trigger whose identity named an execution that finished
+// does, within the identity's window, in the vocabulary of Temporal's
+// workflow id reuse policies.
+type Reuse string
+
+// The reuse policies.
+const (
+	// AllowDuplicate: any finished execution is followed by a new one.
+	AllowDuplicate Reuse = "ALLOW_DUPLICATE"
+	// AllowDuplicateFailedOnly (the default): a new execution follows one
+	// that did not succeed (FAILED, CANCELED, TIMED_OUT); a trigger of one
+	// that SUCCEEDED gets that one.
+	AllowDuplicateFailedOnly Reuse = "ALLOW_DUPLICATE_FAILED_ONLY"
+	// RejectDuplicate: every trigger within the window gets the execution
+	// the identity named first, however it ended.
+	RejectDuplicate Reuse = "REJECT_DUPLICATE"
+)
+
+// Bounds of an ENTRY_POINT's idempotencyWindow.
+const (
+	DefaultWindow = 24 * time.Hour
+	MinWindow     = time.Minute
+	MaxWindow     = 90 * 24 * time.Hour
+)
+
+// Window returns how long a trigger's identity names its execution: a
+// trigger within it merges into that execution (or follows the reuse
+// policy when it finished); after it, a trigger of the same identity
+// starts a new one.
+func (w *Workflow) Window() time.Duration { return w.window }
+
+// Reuse returns the workflow's reuse policy.
+func (w *Workflow) Reuse() Reuse { return w.reuse }
+
+// Retry returns a GATEWAY's retry budget: its attempts and the wait
+// before the first retry (doubled at each one); 1 and 0 for a vertex that
+// is not a GATEWAY.
+func (w *Workflow) Retry(vertex string) (maxAttempts int, backoff time.Duration) {
+	if st, ok := w.steps[vertex]; ok && st.gateway != nil {
+		return st.gateway.maxAttempts, st.gateway.backoff
+	}
+	return 1, 0
 }
 
 // Definition returns the definition w was compiled from.
@@ -135,7 +183,7 @@ func Compile(d *Definition, opts *Options) (*Workflow, []Problem, error) {
 	if d == nil {
 		return nil, nil, &InvalidError{Problems: []Problem{{"", "no definition"}}}
 	}
-	c := compiler{opts: opts, w: &Workflow{def: d, steps: map[string]*step{}, out: map[string][]route{}}}
+	c := compiler{opts: opts, w: &Workflow{def: d, steps: map[string]*step{}, out: map[string][]route{}, window: DefaultWindow, reuse: AllowDuplicateFailedOnly}}
 	if c.opts == nil {
 		c.opts = &Options{}
 	}
@@ -233,7 +281,19 @@ func (c *compiler) config(at string, raw json.RawMessage) (map[string]json.RawMe
 }
 
 func (c *compiler) entry(at string, cfg map[string]json.RawMessage, st *step) {
-	c.probs.unknown(at+"/config", cfg, "idempotencyFields")
+	c.probs.unknown(at+"/config", cfg, "idempotencyFields", "idempotencyWindow", "reusePolicy")
+	if raw, ok := cfg["idempotencyWindow"]; ok {
+		c.w.window = c.duration(at+"/config/idempotencyWindow", raw, MinWindow, MaxWindow)
+	}
+	var reuse string
+	if c.probs.decode(at+"/config/reusePolicy", cfg["reusePolicy"], &reuse, "must be a string") && reuse != "" {
+		switch r := Reuse(reuse); r {
+		case AllowDuplicate, AllowDuplicateFailedOnly, RejectDuplicate:
+			c.w.reuse = r
+		default:
+			c.probs.add(at+"/config/reusePolicy", "%q: %s (the default), %s or %s", reuse, AllowDuplicateFailedOnly, AllowDuplicate, RejectDuplicate)
+		}
+	}
 	raw, ok := cfg["idempotencyFields"]
 	if !ok {
 		return

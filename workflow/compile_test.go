@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/workflow"
 )
@@ -67,6 +68,18 @@ func TestCheckoutCompiles(t *testing.T) {
 	if err != nil || len(warns) != 0 {
 		t.Fatalf("the checkout: %v, warnings %v", err, warns)
 	}
+	w, _, _, err := workflow.Load(mustJSON(t, checkout()), nil)
+	if err != nil || w.Window() != workflow.DefaultWindow || w.Reuse() != workflow.AllowDuplicateFailedOnly {
+		t.Fatalf("defaults: %v %v %v", w.Window(), w.Reuse(), err)
+	}
+	if n, b := w.Retry("charge"); n != workflow.DefaultMaxAttempts || b != workflow.DefaultBackoff {
+		t.Fatalf("charge's retry: %d %v", n, b)
+	}
+	d := checkout()
+	config(d, 0)["idempotencyWindow"], config(d, 0)["reusePolicy"] = "1h", "REJECT_DUPLICATE"
+	if w, _, _, err = workflow.Load(mustJSON(t, d), nil); err != nil || w.Window() != time.Hour || w.Reuse() != workflow.RejectDuplicate {
+		t.Fatalf("set: %v %v %v", w.Window(), w.Reuse(), err)
+	}
 }
 
 // Every bad definition is refused with the path of the field at fault and
@@ -78,6 +91,8 @@ func TestInvalidDefinitions(t *testing.T) {
 		edit               func(d map[string]any)
 	}{
 		{"UnknownVertexType", "/vertices/1/type", `unknown vertex type "LAMBDA"`, func(d map[string]any) { vertex(d, 1)["type"] = "LAMBDA" }},
+		{"WindowTooShort", "/vertices/0/config/idempotencyWindow", "a duration from 1m0s", func(d map[string]any) { config(d, 0)["idempotencyWindow"] = "5s" }},
+		{"UnknownReusePolicy", "/vertices/0/config/reusePolicy", `"TERMINATE_IF_RUNNING"`, func(d map[string]any) { config(d, 0)["reusePolicy"] = "TERMINATE_IF_RUNNING" }},
 		{"DanglingEdge", "/edges/1/to", `no vertex "finish"`, func(d map[string]any) { d["edges"].([]any)[1].(map[string]any)["to"] = "finish" }},
 		{"DanglingEdgeFrom", "/edges/2/from", `no vertex "ghost"`, func(d map[string]any) { addEdge(d, "ghost", "done", "") }},
 		{"CycleWithoutExit", "/vertices/3", "cycle without exit", func(d map[string]any) {
