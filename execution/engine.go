@@ -49,9 +49,11 @@ type TypeConfig struct {
 	// after another (a workflow's vertices): it is called in the
 	// transaction that completes one of their steps, and returns the step
 	// that runs next, or nil and the execution's output when it is done.
-	// An error fails the execution there (the completed step stays
-	// completed). It must decide on c alone, and the same way every time:
-	// a completion that is settled again must continue the same way.
+	// An error wrapped by Permanent fails the execution there (the
+	// completed step stays completed); any other rolls the completion back
+	// (a store that is down). It must decide on c alone, and the same way
+	// every time: a completion that is settled again must continue the
+	// same way.
 	// Defaults to nil: one step per execution.
 	Next func(ctx context.Context, c Continuation) (next *StepSpec, output json.RawMessage, err error)
 }
@@ -190,7 +192,7 @@ func (en *Engine[TX]) event(task store.Task, e store.Execution, typ string, prog
 	d := eventData{TaskID: task.ID, ExecutionID: e.ID, Number: e.Number, Status: Status(e.Status).String(), ExternalRef: task.ExternalRef,
 		Progress: progress, Output: e.Output, Error: e.Error, Workflow: e.Workflow, Version: e.Version}
 	if e.Workflow != "" {
-		d.TaskID = "" // a workflow's run: its task is the engine's own
+		d.TaskID, d.ExternalRef = "", "" // a workflow's run: its task is the engine's own
 	}
 	data, _ := json.Marshal(d) // plain types always marshal
 	return store.Event{ExecutionID: e.ID, Type: typ, Data: data, Time: en.cfg.Now()}

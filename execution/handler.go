@@ -242,6 +242,16 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 	}
 }
 
+// Wake makes an idle Run look for steps at once, instead of at its next
+// poll: call it after a transaction that dispatched steps commits (a
+// store.StepWaker wakes it by itself).
+func (w *Worker[TX]) Wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
 // relisten is how long a worker whose listener failed polls before it
 // listens again.
 const relisten = 5 * time.Second

@@ -47,7 +47,7 @@ func newFlow(t *testing.T) *flow {
 
 func (f *flow) next(ctx context.Context, c execution.Continuation) (*execution.StepSpec, json.RawMessage, error) {
 	if c.Done.Name == f.broken {
-		return nil, nil, errors.New("no edge holds")
+		return nil, nil, execution.Permanent(errors.New("no edge holds"))
 	}
 	i := slices.Index(flowOrder, c.Done.Name)
 	if i < len(flowOrder)-1 {

@@ -259,8 +259,10 @@ func (en *Engine[TX]) stepDone(ctx context.Context, tx TX, task store.Task, e st
 	}
 	next, output, err := tc.Next(ctx, Continuation{Task: task, Execution: e, Steps: steps, Done: st})
 	switch {
-	case err != nil:
+	case errors.As(err, new(permanent)):
 		return en.transition(ctx, tx, task, e, ActionFail, store.Transition{Error: err.Error()})
+	case err != nil:
+		return store.Execution{}, err
 	case next == nil:
 		return en.succeed(ctx, tx, task, e, output)
 	}
@@ -642,6 +644,36 @@ func (en *Engine[TX]) rerun(ctx context.Context, tx TX, task store.Task, cur sto
 		return store.Execution{}, err
 	}
 	return en.queue(ctx, tx, task, e, tc, first)
+}
+
+// RecordTx appends to the application's execution's history, in tx, an
+// operator's action (an "idem.execution.operator" event whose data names
+// the action and who took it), reported like every event (OnEventTx): the
+// audit of retries, start overs and cancels.
+func (en *Engine[TX]) RecordTx(ctx context.Context, tx TX, app, executionID, action, actor string) error {
+	e, err := en.s.GetExecutionTx(ctx, tx, app, executionID)
+	if err != nil {
+		return notFound(err)
+	}
+	task, err := en.s.GetTaskTx(ctx, tx, app, e.TaskID)
+	if err != nil {
+		return notFound(err)
+	}
+	ev := en.event(task, e, "idem.execution.operator", nil)
+	var d map[string]any
+	if err := json.Unmarshal(ev.Data, &d); err != nil {
+		return err
+	}
+	d["action"], d["actor"] = action, actor
+	if ev.Data, err = json.Marshal(d); err != nil {
+		return err
+	}
+	seq, err := en.s.AppendEventTx(ctx, tx, app, e.ID, ev, -1)
+	if err != nil {
+		return err
+	}
+	ev.Sequence, e.LastSequence = seq, seq
+	return en.emit(ctx, tx, task, e, ev)
 }
 
 // RetryTx is an operator's retry of the application's execution: the same

@@ -73,6 +73,14 @@ const (
 	// idem serve: workflows.
 
 	SlugDefinitionInvalid = "definition-invalid"
+	// SlugForceNewExecutionNotAllowed: a production trigger asked for
+	// forceNewExecution, which only a test run has.
+	SlugForceNewExecutionNotAllowed = "force-new-execution-not-allowed"
+	// SlugTriggerInvalid: a trigger whose payload the workflow cannot
+	// run: an idempotency field missing, a clientIdempotencyId out of
+	// form, no edge from the ENTRY_POINT that holds, a key that cannot be
+	// computed.
+	SlugTriggerInvalid = "trigger-invalid"
 )
 
 // titles holds every catalogued slug's title.
@@ -122,7 +130,9 @@ var titles = map[string]string{
 	SlugCursorInvalid:       "Invalid cursor",
 	SlugRequestInvalid:      "Invalid request",
 
-	SlugDefinitionInvalid: "The definition is invalid",
+	SlugDefinitionInvalid:           "The definition is invalid",
+	SlugForceNewExecutionNotAllowed: "forceNewExecution is for test runs only",
+	SlugTriggerInvalid:              "The workflow cannot run this trigger",
 }
 
 // Title returns the title of a catalogued slug, and "" for any other.

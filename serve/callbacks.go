@@ -105,7 +105,7 @@ func (srv *Server[TX]) onEventTx(ctx context.Context, txAny any, app string, tas
 			"Ce-Id":          id,
 			"Ce-Source":      srv.cfg.Source,
 			"Ce-Type":        ev.Type,
-			"Ce-Subject":     task.ID,
+			"Ce-Subject":     subjectOf(e),
 			"Ce-Sequence":    seq,
 			"Ce-Executionid": e.ID,
 			"Ce-Time":        ev.Time.UTC().Format(time.RFC3339Nano),

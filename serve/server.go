@@ -20,6 +20,7 @@ import (
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/workflow"
 )
 
 // Store is what the service runs on: one store value that keeps request
@@ -31,6 +32,7 @@ type Store[TX any] interface {
 	store.OutboxStore[TX]
 	store.AppTxStore[TX]
 	store.DefinitionStore
+	store.TriggerStore[TX]
 }
 
 // Config configures a Server.
@@ -65,6 +67,16 @@ type Config struct {
 	AllowHosts []string
 	// OutboxHooks are the callbacks relay's (outbox.Config.Hooks).
 	OutboxHooks outbox.Hooks
+	// GatewayClient sends workflows' GATEWAY requests (each has its
+	// vertex's timeout). Defaults to http.DefaultClient.
+	GatewayClient *http.Client
+	// Secrets, when set, returns an application's secret, for the
+	// "{{ secrets.NAME }}" in its workflows' headers. Defaults to none: a
+	// step whose header names a secret fails.
+	Secrets func(ctx context.Context, app, name string) (string, error)
+	// WorkflowConcurrency is how many workflow steps RunWorkflows runs at
+	// once. Defaults to DefaultWorkflowConcurrency.
+	WorkflowConcurrency int
 	// OnEventTx, when set, is also called for every event, in its
 	// transaction, before its callback is enqueued.
 	OnEventTx func(ctx context.Context, tx any, app string, task store.Task, e store.Execution, ev store.Event) error
@@ -80,7 +92,10 @@ const (
 	DefaultMaxBody        = 1 << 20
 	DefaultExpireInterval = time.Second
 	DefaultClaimPoll      = time.Second
-	maxWait               = 30 * time.Second
+	// DefaultWorkflowConcurrency: workflow steps mostly wait on their
+	// targets, so many run at once.
+	DefaultWorkflowConcurrency = 16
+	maxWait                    = 30 * time.Second
 	// eventPoll is how often a live event stream looks for new events.
 	eventPoll = 200 * time.Millisecond
 )
@@ -104,6 +119,8 @@ type Server[TX any] struct {
 	queued     atomic.Bool
 	stepsReady signal
 	notify     chan struct{} // to RunWakeups: tell the other processes
+	workflows  compiledCache
+	runner     *execution.Worker[TX] // workflows' steps (RunWorkflows)
 }
 
 // New returns the service over s.
@@ -112,8 +129,11 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 		return nil, fmt.Errorf("%w: a store and a Config are required", ErrBadConfig)
 	}
 	c := *cfg
-	if c.MaxBody < 0 || c.ExpireInterval < 0 || c.ClaimPoll < 0 {
-		return nil, fmt.Errorf("%w: negative MaxBody, ExpireInterval or ClaimPoll", ErrBadConfig)
+	if c.MaxBody < 0 || c.ExpireInterval < 0 || c.ClaimPoll < 0 || c.WorkflowConcurrency < 0 {
+		return nil, fmt.Errorf("%w: negative MaxBody, ExpireInterval, ClaimPoll or WorkflowConcurrency", ErrBadConfig)
+	}
+	if c.WorkflowConcurrency == 0 {
+		c.WorkflowConcurrency = DefaultWorkflowConcurrency
 	}
 	if c.ProblemBase == "" {
 		c.ProblemBase = problem.DefaultBase
@@ -137,11 +157,26 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	srv := &Server[TX]{s: s, cfg: c, mux: http.NewServeMux(), notify: make(chan struct{}, 1)}
-	en, err := execution.New[TX](s, &execution.Config{Types: c.Types, OnEventTx: srv.onEventTx, Now: c.Now, Logger: c.Logger})
+	types := make(map[string]execution.TypeConfig, len(c.Types)+1)
+	for name, t := range c.Types {
+		if strings.HasPrefix(name, "idem.") {
+			return nil, fmt.Errorf("%w: task type %q: the names that start with \"idem.\" are the service's own", ErrBadConfig, name)
+		}
+		types[name] = t
+	}
+	// A vertex's own retry budget applies (its handler fails the step for
+	// good when it is spent); the type's is the most a vertex may have.
+	types[workflowType] = execution.TypeConfig{Lease: workflowLease, MaxAttempts: workflow.MaxMaxAttempts, Next: srv.nextVertex}
+	en, err := execution.New[TX](s, &execution.Config{Types: types, OnEventTx: srv.onEventTx, Now: c.Now, Logger: c.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	srv.en = en
+	srv.runner, err = en.NewWorker(map[string]execution.Handler[TX]{workflowType: srv.runVertex},
+		&execution.WorkerConfig{Concurrency: c.WorkflowConcurrency, Poll: c.ClaimPoll})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
 	if srv.relay, err = srv.newRelay(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
@@ -184,6 +219,10 @@ func (srv *Server[TX]) routes() {
 	app("POST /v1/executions/{id}/steps/{stepId}/resolve", srv.resolve)
 	app("PUT /v1/workflows/{name}", srv.putWorkflow)
 	app("GET /v1/workflows/{name}", srv.getWorkflow)
+	app("POST /v1/workflows/{name}/trigger", srv.trigger)
+	app("POST /v1/workflows/{name}/test-run", srv.testRun)
+	app("POST /v1/executions/{id}/retry", srv.retry)
+	keyedApp("POST /v1/executions/{id}/start-over", srv.startOver)
 	worker := func(pattern string, h http.HandlerFunc) { srv.mux.Handle(pattern, srv.asWorker(h)) }
 	worker("POST /v1/worker/claim", srv.claim)
 	worker("POST /v1/worker/steps/{id}/heartbeat", srv.heartbeat)

@@ -40,6 +40,10 @@ func (srv *Server[TX]) createTask(w http.ResponseWriter, r *http.Request) {
 		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, "type is required")
 		return
 	}
+	if req.Type == workflowType {
+		srv.problem(w, problem.SlugUnknownTaskType, http.StatusUnprocessableEntity, "a workflow runs through POST /v1/workflows/{name}/trigger")
+		return
+	}
 	if len(req.Input) == 0 {
 		req.Input = json.RawMessage(`null`)
 	}
@@ -73,7 +77,14 @@ func (srv *Server[TX]) rerun(w http.ResponseWriter, r *http.Request) {
 		srv.unavailable(w, r, errNoTx)
 		return
 	}
-	e, err := srv.en.RerunTx(r.Context(), tx, appFrom(r.Context()), r.PathValue("id"))
+	task, err := srv.s.GetTaskTx(r.Context(), tx, appFrom(r.Context()), r.PathValue("id"))
+	if err == nil && task.Type == workflowType {
+		err = store.ErrNotFound // a workflow's run: start it over instead
+	}
+	var e store.Execution
+	if err == nil {
+		e, err = srv.en.RerunTx(r.Context(), tx, appFrom(r.Context()), task.ID)
+	}
 	if err != nil {
 		srv.failed(w, r, err)
 		return
@@ -83,6 +94,9 @@ func (srv *Server[TX]) rerun(w http.ResponseWriter, r *http.Request) {
 
 func (srv *Server[TX]) getTask(w http.ResponseWriter, r *http.Request) {
 	t, err := srv.s.GetTask(r.Context(), appFrom(r.Context()), r.PathValue("id"))
+	if err == nil && t.Type == workflowType {
+		err = store.ErrNotFound // the service's own, behind a workflow's run
+	}
 	if err != nil {
 		srv.failed(w, r, err)
 		return
@@ -97,7 +111,7 @@ type cursor struct {
 }
 
 func (srv *Server[TX]) listTasks(w http.ResponseWriter, r *http.Request) {
-	q := store.TaskQuery{App: appFrom(r.Context()), Type: r.URL.Query().Get("type"), Limit: 50}
+	q := store.TaskQuery{App: appFrom(r.Context()), Type: r.URL.Query().Get("type"), ExcludeType: workflowType, Limit: 50}
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
@@ -251,7 +265,7 @@ func (srv *Server[TX]) streamEvents(w http.ResponseWriter, r *http.Request, e st
 // execution and the sequence.
 func (srv *Server[TX]) eventOf(e store.Execution, ev store.Event) Event {
 	seq := strconv.FormatInt(ev.Sequence, 10)
-	return Event{SpecVersion: "1.0", ID: e.ID + "-" + seq, Source: srv.cfg.Source, Type: ev.Type, Subject: e.TaskID,
+	return Event{SpecVersion: "1.0", ID: e.ID + "-" + seq, Source: srv.cfg.Source, Type: ev.Type, Subject: subjectOf(e),
 		Sequence: seq, ExecutionID: e.ID, Time: ev.Time.UTC(), DataContentType: "application/json", Data: json.RawMessage(ev.Data)}
 }
 

@@ -43,6 +43,7 @@ const notifyTimeout = 5 * time.Second
 // those of other processes on the store are told (by RunWakeups).
 func (srv *Server[TX]) dispatched() {
 	srv.stepsReady.wake()
+	srv.runner.Wake()
 	select {
 	case srv.notify <- struct{}{}:
 	default: // a notification is due already; it covers this one

@@ -23,7 +23,7 @@ type Task struct {
 // Execution is an execution on the wire.
 type Execution struct {
 	ID         string          `json:"id"`
-	TaskID     string          `json:"taskId"`
+	TaskID     string          `json:"taskId,omitempty"`
 	Number     int             `json:"number"`
 	Status     string          `json:"status"`
 	CreatedAt  time.Time       `json:"createdAt"`
@@ -32,6 +32,9 @@ type Execution struct {
 	Output     json.RawMessage `json:"output,omitempty"`
 	Error      string          `json:"error,omitempty"`
 	Progress   *int            `json:"progress,omitempty"`
+	// Workflow and Version name a workflow's run (which has no task).
+	Workflow string `json:"workflow,omitempty"`
+	Version  int    `json:"version,omitempty"`
 }
 
 // Step is a step on the wire. Its id is opaque: it names the application
@@ -79,7 +82,11 @@ func taskOf(t store.Task) Task {
 
 func executionOf(e store.Execution) Execution {
 	out := Execution{ID: e.ID, TaskID: e.TaskID, Number: e.Number, Status: execution.Status(e.Status).String(),
-		CreatedAt: e.CreatedAt.UTC(), StartedAt: optTime(e.StartedAt), FinishedAt: optTime(e.FinishedAt), Error: e.Error}
+		CreatedAt: e.CreatedAt.UTC(), StartedAt: optTime(e.StartedAt), FinishedAt: optTime(e.FinishedAt), Error: e.Error,
+		Workflow: e.Workflow, Version: e.Version}
+	if e.Workflow != "" {
+		out.TaskID = "" // its task is the service's own
+	}
 	if len(e.Output) > 0 {
 		out.Output = json.RawMessage(e.Output)
 	}
@@ -88,6 +95,15 @@ func executionOf(e store.Execution) Execution {
 		out.Progress = &p
 	}
 	return out
+}
+
+// subjectOf is the CloudEvents subject of e's events: its task, or the
+// workflow a workflow's run runs.
+func subjectOf(e store.Execution) string {
+	if e.Workflow != "" {
+		return e.Workflow
+	}
+	return e.TaskID
 }
 
 func stepOf(s store.Step) Step {

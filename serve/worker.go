@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/idemhq/idem/execution"
@@ -33,6 +34,9 @@ func (srv *Server[TX]) claim(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case len(req.Types) == 0:
 		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, "types: at least one task type")
+		return
+	case slices.Contains(req.Types, workflowType):
+		srv.problem(w, problem.SlugUnknownTaskType, http.StatusUnprocessableEntity, "workflows' steps run in the service itself")
 		return
 	case req.WaitSeconds < 0 || time.Duration(req.WaitSeconds)*time.Second > maxWait:
 		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, "waitSeconds must be 0–30")

@@ -171,6 +171,7 @@ func run(ctx context.Context, dir string, out io.Writer) error {
 	go srv.RunRelay(ctx)
 	go srv.RunExpirer(ctx)
 	go srv.RunWakeups(ctx)
+	go srv.RunWorkflows(ctx)
 	api, stopAPI, err := listen(srv)
 	if err != nil {
 		return err

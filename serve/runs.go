@@ -1,0 +1,462 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/execution"
+	"github.com/idemhq/idem/httpidem"
+	"github.com/idemhq/idem/internal/canonjson"
+	"github.com/idemhq/idem/problem"
+	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/workflow"
+)
+
+// workflowType is the task type of workflows' runs: each run is an
+// execution of a task of this type, hidden from the tasks API, whose
+// input is the trigger's payload and whose steps are the vertices it runs.
+// Declared types may not start with "idem.".
+const workflowType = "idem.workflow"
+
+// workflowLease is a vertex step's lease: its runner heartbeats every
+// third of it, and a runner that died leaves the step to another after it.
+const workflowLease = 30 * time.Second
+
+// maxCompiled bounds the compiled versions kept in memory.
+const maxCompiled = 1024
+
+// compiledKey names a stored version of an application's workflow.
+type compiledKey struct {
+	app, name string
+	version   int
+}
+
+// compiledCache keeps compiled versions: a version never changes once
+// stored.
+type compiledCache struct {
+	mu sync.Mutex
+	m  map[compiledKey]*workflow.Workflow
+}
+
+// compiled returns the application's workflow name at version (0: the
+// latest) and that version's number.
+func (srv *Server[TX]) compiled(ctx context.Context, app, name string, version int) (*workflow.Workflow, int, error) {
+	c := &srv.workflows
+	if version > 0 {
+		c.mu.Lock()
+		w := c.m[compiledKey{app, name, version}]
+		c.mu.Unlock()
+		if w != nil {
+			return w, version, nil
+		}
+	}
+	d, err := srv.s.GetDefinition(ctx, store.DefinitionKey{App: app, Kind: workflow.Kind, Name: name}, version)
+	if err != nil {
+		return nil, 0, err
+	}
+	w, _, _, err := workflow.Load(d.Body, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("serve: the stored workflow %s version %d: %w", name, d.Version, err)
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCompiled {
+		c.m = map[compiledKey]*workflow.Workflow{}
+	}
+	c.m[compiledKey{app, name, d.Version}] = w
+	c.mu.Unlock()
+	return w, d.Version, nil
+}
+
+// started is what a trigger, a test run and a start over answer.
+type started struct {
+	Execution Execution `json:"execution"`
+	Workflow  string    `json:"workflow,omitempty"`
+	Version   int       `json:"version,omitempty"`
+}
+
+func (srv *Server[TX]) trigger(w http.ResponseWriter, r *http.Request) { srv.start(w, r, false) }
+func (srv *Server[TX]) testRun(w http.ResponseWriter, r *http.Request) { srv.start(w, r, true) }
+
+// start answers a trigger of a workflow (test: a test run, always a new
+// execution). The trigger's identity is taken by a unique constraint in
+// the transaction that creates its execution, so concurrent triggers of
+// one identity start one execution; the others get it, with 200 and
+// Idempotent-Replayed: true.
+func (srv *Server[TX]) start(w http.ResponseWriter, r *http.Request, test bool) {
+	name, ok := srv.definitionName(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	if q.Has("forceNewExecution") && !test {
+		srv.problem(w, problem.SlugForceNewExecutionNotAllowed, http.StatusBadRequest,
+			"a trigger never forces a new execution: use POST /v1/workflows/"+name+"/test-run")
+		return
+	}
+	payload, ok := srv.body(w, r)
+	if !ok {
+		return
+	}
+	if len(bytes.TrimSpace(payload)) == 0 {
+		payload = []byte(`null`)
+	}
+	if !json.Valid(payload) {
+		srv.problem(w, problem.SlugBodyInvalidJSON, http.StatusBadRequest, "the payload is not JSON")
+		return
+	}
+	app := appFrom(r.Context())
+	wf, version, err := srv.compiled(r.Context(), app, name, 0)
+	if err != nil {
+		srv.failed(w, r, err)
+		return
+	}
+	first, err := firstStep(wf, payload)
+	if err != nil {
+		srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
+		return
+	}
+	nt := execution.NewTask{Type: workflowType, Input: payload, Workflow: name, Version: version, Step: first}
+	if test {
+		var e store.Execution
+		err := srv.inTx(r.Context(), func(ctx context.Context, tx TX) error {
+			var err error
+			_, e, err = srv.en.CreateTx(ctx, tx, app, nt)
+			return err
+		})
+		if err != nil {
+			srv.failed(w, r, err)
+			return
+		}
+		reply(w, http.StatusCreated, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
+		return
+	}
+	id, err := wf.Identity(app, name, payload, q.Get("clientIdempotencyId"))
+	if err != nil {
+		srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
+		return
+	}
+	nt.ExternalRef = hex.EncodeToString(id.Key[:]) // for a start over, which moves the identity on
+	var e store.Execution
+	var merged, reused bool
+	err = srv.inTx(r.Context(), func(ctx context.Context, tx TX) error {
+		merged, reused = false, false
+		now := srv.cfg.Now()
+		t := store.Trigger{App: app, Workflow: name, Key: id.Key[:], Fingerprint: id.Fingerprint[:], ExecutionID: runID(id.Key, 1),
+			Generation: 1, CreatedAt: now, ExpiresAt: now.Add(wf.Window())}
+		cur, taken, err := srv.s.TakeTriggerTx(ctx, tx, t)
+		if err != nil {
+			return err
+		}
+		if !taken {
+			if e, err = srv.s.GetExecutionTx(ctx, tx, app, cur.ExecutionID); err != nil {
+				return err
+			}
+			within, live := now.Before(cur.ExpiresAt), !execution.Status(e.Status).Terminal()
+			if (within || live) && !bytes.Equal(cur.Fingerprint, t.Fingerprint) {
+				reused = true
+				return nil
+			}
+			if live || (within && !reusable(wf.Reuse(), execution.Status(e.Status))) {
+				merged = true
+				return nil
+			}
+			// A new window, or a reuse after a finished execution.
+			t.Generation, t.ExecutionID = cur.Generation+1, runID(id.Key, cur.Generation+1)
+			applied, err := srv.s.ReplaceTriggerTx(ctx, tx, t)
+			if err != nil {
+				return err
+			}
+			if !applied {
+				return fmt.Errorf("serve: the trigger of %s moved on while held", name)
+			}
+		}
+		nt.ExecutionID = t.ExecutionID
+		_, e, err = srv.en.CreateTx(ctx, tx, app, nt)
+		return err
+	})
+	switch {
+	case err != nil:
+		srv.failed(w, r, err)
+	case reused:
+		srv.problem(w, problem.SlugKeyReused, http.StatusUnprocessableEntity,
+			"this trigger's identity ("+id.Source+") names an execution of another payload")
+	case merged:
+		w.Header().Set("Idempotent-Replayed", "true")
+		reply(w, http.StatusOK, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
+	default:
+		reply(w, http.StatusCreated, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
+	}
+}
+
+// reusable says whether, under policy p, a trigger within the window of
+// an execution that finished in s starts a new one.
+func reusable(p workflow.Reuse, s execution.Status) bool {
+	switch p {
+	case workflow.AllowDuplicate:
+		return true
+	case workflow.AllowDuplicateFailedOnly:
+		return s != execution.StatusSucceeded
+	}
+	return false
+}
+
+// runID is the execution ID of a trigger identity's generation-th run.
+func runID(key [32]byte, generation int) string {
+	id := hex.EncodeToString(key[:16])
+	if generation > 1 {
+		id += "-" + strconv.Itoa(generation)
+	}
+	return id
+}
+
+// firstStep is a run's first step: where the ENTRY_POINT leads for
+// payload.
+func firstStep(wf *workflow.Workflow, payload []byte) (*execution.StepSpec, error) {
+	in, err := workflow.Input(payload, nil)
+	if err != nil {
+		return nil, err
+	}
+	n, err := wf.Next(wf.Entry(), in)
+	if err != nil {
+		return nil, err
+	}
+	return &execution.StepSpec{Name: n.Vertex, IdempotencyKey: n.Key, Once: n.Once}, nil
+}
+
+// outputs are the outputs of steps that completed, by name (the latest of
+// a name that ran more than once).
+func outputs(steps []store.Step) map[string]json.RawMessage {
+	out := map[string]json.RawMessage{}
+	for _, st := range steps {
+		if execution.StepStatus(st.Status) == execution.StepCompleted {
+			out[st.Name] = st.Output
+		}
+	}
+	return out
+}
+
+// nextVertex is the workflow type's TypeConfig.Next: where the run goes
+// after the step that completed, decided on the run's data.
+func (srv *Server[TX]) nextVertex(ctx context.Context, c execution.Continuation) (*execution.StepSpec, json.RawMessage, error) {
+	e := c.Execution
+	wf, _, err := srv.compiled(ctx, e.App, e.Workflow, e.Version)
+	if err != nil {
+		return nil, nil, err
+	}
+	if wf.Type(c.Done.Name) == workflow.End {
+		return nil, c.Done.Output, nil
+	}
+	in, err := workflow.Input(c.Task.Input, outputs(c.Steps))
+	if err != nil {
+		return nil, nil, execution.Permanent(err)
+	}
+	n, err := wf.Next(c.Done.Name, in)
+	switch {
+	case err != nil:
+		return nil, nil, execution.Permanent(err)
+	case n.End:
+		return nil, c.Done.Output, nil
+	}
+	return &execution.StepSpec{Name: n.Vertex, IdempotencyKey: n.Key, Once: n.Once}, nil, nil
+}
+
+// runVertex is the workflow type's handler: it runs the step's vertex
+// with the key the step was added with, and says what a failure means:
+// a transient one is retried (the same key) within the vertex's budget,
+// after its backoff or the target's Retry-After; a rejection or data
+// that does not fit fails the step.
+func (srv *Server[TX]) runVertex(ctx context.Context, job execution.Job) (execution.Result[TX], error) {
+	e, st := job.Execution, job.Step
+	wf, _, err := srv.compiled(ctx, e.App, e.Workflow, e.Version)
+	if err != nil {
+		return execution.Result[TX]{}, err
+	}
+	if wf.Type(st.Name) == workflow.End {
+		return execution.Result[TX]{}, nil
+	}
+	steps, err := srv.s.ListSteps(ctx, e.App, e.ID)
+	if err != nil {
+		return execution.Result[TX]{}, err
+	}
+	in, err := workflow.Input(job.Task.Input, outputs(steps))
+	if err != nil {
+		return execution.Result[TX]{}, execution.Permanent(err)
+	}
+	out, err := wf.Run(ctx, st.Name, in, st.IdempotencyKey, srv.caller(e.App))
+	if err == nil {
+		return execution.Result[TX]{Output: out}, nil
+	}
+	budget, backoff := wf.Retry(st.Name)
+	switch {
+	case errors.Is(err, workflow.ErrTransient) && st.Attempts >= budget:
+		return execution.Result[TX]{}, execution.Permanent(fmt.Errorf("%w (attempt %d of %d)", err, st.Attempts, budget))
+	case errors.Is(err, workflow.ErrTransient):
+		wait := min(backoff<<max(st.Attempts-1, 0), time.Hour)
+		if ce, ok := errors.AsType[*workflow.CallError](err); ok && ce.RetryAfter > 0 {
+			wait = ce.RetryAfter
+		}
+		return execution.Result[TX]{}, execution.RetryAfter(err, wait)
+	case errors.Is(err, workflow.ErrRejected), errors.Is(err, workflow.ErrData):
+		return execution.Result[TX]{}, execution.Permanent(err)
+	}
+	return execution.Result[TX]{}, err
+}
+
+// caller is what the application's GATEWAY steps call with.
+func (srv *Server[TX]) caller(app string) *workflow.Caller {
+	c := &workflow.Caller{Client: srv.cfg.GatewayClient, Allowed: func(u *url.URL) bool { return srv.allowed(u.String()) }}
+	if srv.cfg.Secrets != nil {
+		c.Secret = func(ctx context.Context, name string) (string, error) { return srv.cfg.Secrets(ctx, app, name) }
+	}
+	return c
+}
+
+// RunWorkflows runs workflows' steps in process until ctx ends, Config.
+// WorkflowConcurrency at a time (an execution.Worker of the workflow
+// type). Every `idem serve` process runs it; they share the steps through
+// the store's claims.
+func (srv *Server[TX]) RunWorkflows(ctx context.Context) error {
+	return srv.runner.Run(ctx)
+}
+
+// operatorHeader names the person behind an operator's call, for the
+// audit; the application is always recorded.
+const operatorHeader = "Idem-Operator"
+
+// actor is who made an operator's call: the application, and the
+// operator it names.
+func actor(r *http.Request) string {
+	a := "app:" + appFrom(r.Context())
+	if op := strings.TrimSpace(r.Header.Get(operatorHeader)); op != "" && len(op) <= 200 && strings.IndexFunc(op, func(c rune) bool { return c < ' ' || c == 0x7f }) < 0 {
+		a += " operator:" + op
+	}
+	return a
+}
+
+// retry resumes an execution where it stopped: its failed or
+// OUTCOME_UNKNOWN steps run again with the same keys. A repeat changes
+// nothing, so it needs no Idempotency-Key.
+func (srv *Server[TX]) retry(w http.ResponseWriter, r *http.Request) {
+	var e store.Execution
+	err := srv.inTx(r.Context(), func(ctx context.Context, tx TX) error {
+		before, err := srv.s.GetExecutionTx(ctx, tx, appFrom(ctx), r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		if e, err = srv.en.RetryTx(ctx, tx, appFrom(ctx), before.ID); err != nil || e.LastSequence == before.LastSequence {
+			return err // a repeat: nothing to record
+		}
+		return srv.en.RecordTx(ctx, tx, appFrom(ctx), e.ID, "retry", actor(r))
+	})
+	if err != nil {
+		srv.failed(w, r, err)
+		return
+	}
+	reply(w, http.StatusOK, executionOf(e))
+}
+
+// startOver starts an execution over as a new one, behind the request-key
+// middleware (a retried click starts one run): the same input, pinned to
+// the original version (the default) or the latest, from the first step,
+// with keys computed from that input again. A trigger of its identity
+// then gets the new run.
+func (srv *Server[TX]) startOver(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Version string `json:"version"`
+	}
+	if !srv.decode(w, r, &req) {
+		return
+	}
+	if req.Version != "" && req.Version != "original" && req.Version != "latest" {
+		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, `version: "original" (the default) or "latest"`)
+		return
+	}
+	tx, ok := httpidem.TxFrom[TX](r.Context())
+	if !ok {
+		srv.unavailable(w, r, errNoTx)
+		return
+	}
+	ctx, app := r.Context(), appFrom(r.Context())
+	old, err := srv.s.GetExecutionTx(ctx, tx, app, r.PathValue("id"))
+	if err != nil {
+		srv.failed(w, r, err)
+		return
+	}
+	so := execution.StartOver{}
+	if old.Workflow != "" {
+		version := old.Version
+		if req.Version == "latest" {
+			version = 0
+		}
+		wf, v, err := srv.compiled(ctx, app, old.Workflow, version)
+		if err != nil {
+			srv.failed(w, r, err)
+			return
+		}
+		task, err := srv.s.GetTaskTx(ctx, tx, app, old.TaskID)
+		if err != nil {
+			srv.failed(w, r, err)
+			return
+		}
+		if so.Step, err = firstStep(wf, task.Input); err != nil {
+			srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
+			return
+		}
+		so.Version = v
+	}
+	e, err := srv.en.StartOverTx(ctx, tx, app, old.ID, so)
+	if err == nil {
+		err = srv.moveTrigger(ctx, tx, app, old, e)
+	}
+	if err == nil {
+		err = srv.en.RecordTx(ctx, tx, app, old.ID, "start-over:"+e.ID, actor(r))
+	}
+	if err != nil {
+		srv.failed(w, r, err)
+		return
+	}
+	reply(w, http.StatusCreated, started{Execution: executionOf(e), Workflow: e.Workflow, Version: e.Version})
+}
+
+// moveTrigger points the trigger identity of old's run (when it still
+// names old) at e, its start over.
+func (srv *Server[TX]) moveTrigger(ctx context.Context, tx TX, app string, old, e store.Execution) error {
+	if old.Workflow == "" {
+		return nil
+	}
+	task, err := srv.s.GetTaskTx(ctx, tx, app, old.TaskID)
+	if err != nil {
+		return err
+	}
+	key, err := hex.DecodeString(task.ExternalRef)
+	if err != nil || len(key) != 32 {
+		return nil // a test run: no identity
+	}
+	canon, err := canonjson.Canonical(task.Input)
+	if err != nil {
+		return err
+	}
+	fp := sha256.Sum256(canon)
+	// The record exists (they are kept); were it gone, this takes it anew.
+	now := srv.cfg.Now()
+	cur, taken, err := srv.s.TakeTriggerTx(ctx, tx, store.Trigger{App: app, Workflow: old.Workflow, Key: key, Fingerprint: fp[:],
+		ExecutionID: e.ID, Generation: 1, CreatedAt: now, ExpiresAt: now.Add(workflow.DefaultWindow)})
+	if err != nil || taken || cur.ExecutionID != old.ID {
+		return err
+	}
+	cur.Generation++
+	cur.ExecutionID = e.ID
+	_, err = srv.s.ReplaceTriggerTx(ctx, tx, cur)
+	return err
+}
