@@ -94,6 +94,8 @@ type shipping struct {
 	posts     int
 	drop      bool
 	dropped   bool
+	// status, when set, is answered to a POST instead of shipping.
+	status int
 }
 
 func newShipping(t *testing.T) (*shipping, string) {
@@ -115,6 +117,12 @@ func newShipping(t *testing.T) (*shipping, string) {
 		var body struct{ Order string }
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		s.posts++
+		if s.status != 0 {
+			status := s.status
+			s.mu.Unlock()
+			w.WriteHeader(status)
+			return
+		}
 		if s.shipments[body.Order] > 0 {
 			s.mu.Unlock()
 			w.WriteHeader(http.StatusConflict) // the unique external id
@@ -132,6 +140,12 @@ func newShipping(t *testing.T) (*shipping, string) {
 	}))
 	t.Cleanup(srv.Close)
 	return s, srv.URL
+}
+
+func (s *shipping) set(fn func(s *shipping)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn(s)
 }
 
 func (s *shipping) count() (orders, shipments, posts int) {

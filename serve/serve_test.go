@@ -149,6 +149,11 @@ func (e *env) try(token, method, path, idemKey, body string) (answer, error) {
 		req.Header.Set("Idempotency-Key", idemKey)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return e.do(req)
+}
+
+// do sends req and reads its answer.
+func (e *env) do(req *http.Request) (answer, error) {
 	// A bounded wait: a server that hangs fails the test instead of
 	// stalling it.
 	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)

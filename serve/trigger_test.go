@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/serve"
 )
@@ -116,4 +117,119 @@ func TestTriggerStorms(t *testing.T) {
 			t.Fatalf("payments: %d keys, %d charges; want 1,001 of each", keys, charges)
 		}
 	})
+}
+
+// A trigger's identity is bound to its payload: the same
+// idempotencyFields values or clientIdempotencyId with another payload is
+// 422, never the other's run. A trigger the workflow cannot run is 422
+// trigger-invalid, forceNewExecution is for test runs only, and a test run
+// always starts a new execution.
+func TestTriggerIdentity(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, start func(cfg *serve.Config) *env) {
+		_, payURL := newPayments(t)
+		_, shipURL := newShipping(t)
+		e := start(&serve.Config{})
+		e.putWorkflow("checkout", checkoutFlow(payURL, shipURL, ""))
+		trigger := func(query, body string) answer {
+			return e.call("tok-orders", "POST", "/v1/workflows/checkout/trigger"+query, "", body)
+		}
+		first := trigger("", `{"order": {"id": "o-1", "amount": 5}}`)
+		e.want(first, 201, "")
+		// The same payload, written otherwise (RFC 8785): the same run.
+		same := trigger("", `{ "order" : { "amount" : 5.0, "id" : "o-1" } }`)
+		if same.status != 200 || same.header.Get("Idempotent-Replayed") != "true" || same.str("execution", "id") != first.str("execution", "id") {
+			t.Fatalf("the same payload again: %d %s", same.status, same.raw)
+		}
+		e.want(trigger("", `{"order": {"id": "o-1", "amount": 6}}`), 422, "idempotency-key-reused")
+		byClient := trigger("?clientIdempotencyId=req-7", `{"order": {"id": "o-2", "amount": 5}}`)
+		e.want(byClient, 201, "")
+		e.want(trigger("?clientIdempotencyId=req-7", `{"order": {"id": "o-3", "amount": 5}}`), 422, "idempotency-key-reused")
+		if again := trigger("?clientIdempotencyId=req-7", `{"order": {"id": "o-2", "amount": 5}}`); again.status != 200 ||
+			again.str("execution", "id") != byClient.str("execution", "id") {
+			t.Fatalf("the same clientIdempotencyId and payload: %d %s", again.status, again.raw)
+		}
+		e.want(trigger("", `{"order": {"amount": 5}}`), 422, "trigger-invalid")
+		e.want(trigger("?clientIdempotencyId=has%20space", `{"order": {"id": "o-4"}}`), 422, "trigger-invalid")
+		e.want(trigger("", `{"order": `), 400, "body-invalid-json")
+		e.want(trigger("?forceNewExecution=true", `{"order": {"id": "o-1", "amount": 5}}`), 400, "force-new-execution-not-allowed")
+		e.want(e.call("tok-orders", "POST", "/v1/workflows/nope/trigger", "", `{}`), 404, "not-found")
+		e.want(e.call("tok-billing", "POST", "/v1/workflows/checkout/trigger", "", `{"order": {"id": "o-1", "amount": 5}}`), 404, "not-found")
+		t1 := e.call("tok-orders", "POST", "/v1/workflows/checkout/test-run", "", `{"order": {"id": "o-1", "amount": 5}}`)
+		t2 := e.call("tok-orders", "POST", "/v1/workflows/checkout/test-run?forceNewExecution=true", "", `{"order": {"id": "o-1", "amount": 5}}`)
+		e.want(t1, 201, "")
+		e.want(t2, 201, "")
+		if ids := []string{first.str("execution", "id"), t1.str("execution", "id"), t2.str("execution", "id")}; ids[1] == ids[0] || ids[2] == ids[1] {
+			t.Fatalf("test runs %v: each a new execution", ids)
+		}
+	})
+}
+
+// After a run finished, the reuse policy decides within the window: by
+// default a failed run is followed by a new one and a succeeded run is
+// not; REJECT_DUPLICATE gets the first run whatever its end; after the
+// window a new run starts.
+func TestTriggerReusePolicy(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, start func(cfg *serve.Config) *env) {
+		pay, payURL := newPayments(t)
+		_, shipURL := newShipping(t)
+		clock := newClock()
+		e := start(&serve.Config{Now: clock.Now})
+		e.putWorkflow("checkout", checkoutFlow(payURL, shipURL, `{"idempotencyFields": "order.id", "idempotencyWindow": "1h"}`))
+		e.putWorkflow("strict", checkoutFlow(payURL, shipURL, `{"idempotencyFields": "order.id", "reusePolicy": "REJECT_DUPLICATE"}`))
+		run := func(name, order string) (answer, answer) {
+			a := e.call("tok-orders", "POST", "/v1/workflows/"+name+"/trigger", "", `{"order": {"id": "`+order+`", "amount": 5}}`)
+			if a.status != 200 && a.status != 201 {
+				t.Fatalf("trigger: %d %s", a.status, a.raw)
+			}
+			return a, e.settled("tok-orders", a.str("execution", "id"))
+		}
+		pay.set(func(p *payments) { p.status = 422 }) // the card is declined
+		failed, end := run("checkout", "o-1")
+		if end.str("status") != "FAILED" || !strings.Contains(end.str("error"), "422") {
+			t.Fatalf("a declined charge: %s", end.raw)
+		}
+		pay.set(func(p *payments) { p.status = 0 })
+		second, end := run("checkout", "o-1")
+		if second.status != 201 || second.str("execution", "id") == failed.str("execution", "id") || end.str("status") != "SUCCEEDED" {
+			t.Fatalf("after a failed run: %d %s", second.status, end.raw)
+		}
+		third, _ := run("checkout", "o-1")
+		if third.status != 200 || third.str("execution", "id") != second.str("execution", "id") {
+			t.Fatalf("after a succeeded run: %d %s, want 200 and that run", third.status, third.raw)
+		}
+		clock.Advance(2 * time.Hour)
+		fourth, _ := run("checkout", "o-1")
+		if fourth.status != 201 || fourth.str("execution", "id") == second.str("execution", "id") {
+			t.Fatalf("after the window: %d %s, want a new run", fourth.status, fourth.raw)
+		}
+		pay.set(func(p *payments) { p.status = 422 })
+		strictFailed, _ := run("strict", "o-9")
+		pay.set(func(p *payments) { p.status = 0 })
+		if again, _ := run("strict", "o-9"); again.status != 200 || again.str("execution", "id") != strictFailed.str("execution", "id") {
+			t.Fatalf("REJECT_DUPLICATE after a failure: %d %s, want the failed run", again.status, again.raw)
+		}
+	})
+}
+
+// clock is the real time moved on by Advance: the service's leases and
+// backoffs keep running while a test jumps past a window.
+type clock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func newClock() *clock { return &clock{} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
 }
