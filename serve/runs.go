@@ -344,21 +344,16 @@ func actor(r *http.Request) string {
 	return a
 }
 
+// ErrTriggerInvalid is wrapped by the errors of a run whose payload the
+// workflow cannot run (StartOver on a version whose ENTRY_POINT leads
+// nowhere for it, or whose first key cannot be computed).
+var ErrTriggerInvalid = errors.New("serve: the workflow cannot run this payload")
+
 // retry resumes an execution where it stopped: its failed or
 // OUTCOME_UNKNOWN steps run again with the same keys. A repeat changes
 // nothing, so it needs no Idempotency-Key.
 func (srv *Server[TX]) retry(w http.ResponseWriter, r *http.Request) {
-	var e store.Execution
-	err := srv.inTx(r.Context(), func(ctx context.Context, tx TX) error {
-		before, err := srv.s.GetExecutionTx(ctx, tx, appFrom(ctx), r.PathValue("id"))
-		if err != nil {
-			return err
-		}
-		if e, err = srv.en.RetryTx(ctx, tx, appFrom(ctx), before.ID); err != nil || e.LastSequence == before.LastSequence {
-			return err // a repeat: nothing to record
-		}
-		return srv.en.RecordTx(ctx, tx, appFrom(ctx), e.ID, "retry", actor(r))
-	})
+	e, err := srv.Retry(r.Context(), appFrom(r.Context()), r.PathValue("id"), actor(r))
 	if err != nil {
 		srv.failed(w, r, err)
 		return
@@ -366,11 +361,45 @@ func (srv *Server[TX]) retry(w http.ResponseWriter, r *http.Request) {
 	reply(w, http.StatusOK, executionOf(e))
 }
 
+// Retry is an operator's retry of the application's execution
+// (execution.Engine.RetryTx), recorded in its events with actor (who).
+func (srv *Server[TX]) Retry(ctx context.Context, app, executionID, actor string) (store.Execution, error) {
+	var e store.Execution
+	err := srv.inTx(ctx, func(ctx context.Context, tx TX) error {
+		before, err := srv.s.GetExecutionTx(ctx, tx, app, executionID)
+		if err != nil {
+			return err
+		}
+		if e, err = srv.en.RetryTx(ctx, tx, app, before.ID); err != nil || e.LastSequence == before.LastSequence {
+			return err // a repeat: nothing to record
+		}
+		return srv.en.RecordTx(ctx, tx, app, e.ID, "retry", actor)
+	})
+	srv.settled()
+	return e, err
+}
+
+// Cancel is an operator's cancel of the application's execution
+// (execution.Engine.CancelTx), recorded in its events with actor (who).
+// It returns the execution and its status before.
+func (srv *Server[TX]) Cancel(ctx context.Context, app, executionID, actor string) (e store.Execution, was store.ExecutionStatus, err error) {
+	err = srv.inTx(ctx, func(ctx context.Context, tx TX) error {
+		cur, err := srv.s.GetExecutionTx(ctx, tx, app, executionID)
+		if err != nil {
+			return err
+		}
+		was = cur.Status
+		if e, err = srv.en.CancelTx(ctx, tx, app, executionID); err != nil || e.LastSequence == cur.LastSequence {
+			return err // a repeat: nothing to record
+		}
+		return srv.en.RecordTx(ctx, tx, app, e.ID, "cancel", actor)
+	})
+	srv.settled()
+	return e, was, err
+}
+
 // startOver starts an execution over as a new one, behind the request-key
-// middleware (a retried click starts one run): the same input, pinned to
-// the original version (the default) or the latest, from the first step,
-// with keys computed from that input again. A trigger of its identity
-// then gets the new run.
+// middleware (a retried click starts one run).
 func (srv *Server[TX]) startOver(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Version string `json:"version"`
@@ -387,46 +416,63 @@ func (srv *Server[TX]) startOver(w http.ResponseWriter, r *http.Request) {
 		srv.unavailable(w, r, errNoTx)
 		return
 	}
-	ctx, app := r.Context(), appFrom(r.Context())
-	old, err := srv.s.GetExecutionTx(ctx, tx, app, r.PathValue("id"))
-	if err != nil {
-		srv.failed(w, r, err)
-		return
-	}
-	so := execution.StartOver{}
-	if old.Workflow != "" {
-		version := old.Version
-		if req.Version == "latest" {
-			version = 0
-		}
-		wf, v, err := srv.compiled(ctx, app, old.Workflow, version)
-		if err != nil {
-			srv.failed(w, r, err)
-			return
-		}
-		task, err := srv.s.GetTaskTx(ctx, tx, app, old.TaskID)
-		if err != nil {
-			srv.failed(w, r, err)
-			return
-		}
-		if so.Step, err = firstStep(wf, task.Input); err != nil {
-			srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
-			return
-		}
-		so.Version = v
-	}
-	e, err := srv.en.StartOverTx(ctx, tx, app, old.ID, so)
-	if err == nil {
-		err = srv.moveTrigger(ctx, tx, app, old, e)
-	}
-	if err == nil {
-		err = srv.en.RecordTx(ctx, tx, app, old.ID, "start-over:"+e.ID, actor(r))
-	}
+	e, err := srv.startOverTx(r.Context(), tx, appFrom(r.Context()), r.PathValue("id"), req.Version == "latest", actor(r))
 	if err != nil {
 		srv.failed(w, r, err)
 		return
 	}
 	reply(w, http.StatusCreated, started{Execution: executionOf(e), Workflow: e.Workflow, Version: e.Version})
+}
+
+// StartOver starts the application's finished execution over as a new
+// one: the same input, pinned to the original version or, with latest,
+// the workflow's latest; from the first step, with the keys computed from
+// that input again (the first run's, where they derive from business
+// data, so targets absorb what it did). A trigger of its identity then
+// gets the new run. Recorded in the old run's events with actor (who).
+func (srv *Server[TX]) StartOver(ctx context.Context, app, executionID string, latest bool, actor string) (store.Execution, error) {
+	var e store.Execution
+	err := srv.inTx(ctx, func(ctx context.Context, tx TX) error {
+		var err error
+		e, err = srv.startOverTx(ctx, tx, app, executionID, latest, actor)
+		return err
+	})
+	srv.settled()
+	return e, err
+}
+
+func (srv *Server[TX]) startOverTx(ctx context.Context, tx TX, app, executionID string, latest bool, actor string) (store.Execution, error) {
+	old, err := srv.s.GetExecutionTx(ctx, tx, app, executionID)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	so := execution.StartOver{}
+	if old.Workflow != "" {
+		version := old.Version
+		if latest {
+			version = 0
+		}
+		wf, v, err := srv.compiled(ctx, app, old.Workflow, version)
+		if err != nil {
+			return store.Execution{}, err
+		}
+		task, err := srv.s.GetTaskTx(ctx, tx, app, old.TaskID)
+		if err != nil {
+			return store.Execution{}, err
+		}
+		if so.Step, err = firstStep(wf, task.Input); err != nil {
+			return store.Execution{}, fmt.Errorf("%w: %w", ErrTriggerInvalid, err)
+		}
+		so.Version = v
+	}
+	e, err := srv.en.StartOverTx(ctx, tx, app, old.ID, so)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	if err := srv.moveTrigger(ctx, tx, app, old, e); err != nil {
+		return store.Execution{}, err
+	}
+	return e, srv.en.RecordTx(ctx, tx, app, old.ID, "start-over:"+e.ID, actor)
 }
 
 // moveTrigger points the trigger identity of old's run (when it still

@@ -355,6 +355,8 @@ func (srv *Server[TX]) failed(w http.ResponseWriter, r *http.Request, err error)
 		srv.problem(w, problem.SlugUnknownTaskType, http.StatusUnprocessableEntity, err.Error())
 	case errors.Is(err, execution.ErrBadInput):
 		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrTriggerInvalid):
+		srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
 	default:
 		srv.unavailable(w, r, err)
 	}

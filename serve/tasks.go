@@ -270,17 +270,7 @@ func (srv *Server[TX]) eventOf(e store.Execution, ev store.Event) Event {
 }
 
 func (srv *Server[TX]) cancel(w http.ResponseWriter, r *http.Request) {
-	var e store.Execution
-	var was store.ExecutionStatus
-	err := srv.inTx(r.Context(), func(ctx context.Context, tx TX) error {
-		cur, err := srv.s.GetExecutionTx(ctx, tx, appFrom(ctx), r.PathValue("id"))
-		if err != nil {
-			return err
-		}
-		was = cur.Status
-		e, err = srv.en.CancelTx(ctx, tx, appFrom(ctx), r.PathValue("id"))
-		return err
-	})
+	e, was, err := srv.Cancel(r.Context(), appFrom(r.Context()), r.PathValue("id"), actor(r))
 	if err != nil {
 		srv.failed(w, r, err)
 		return

@@ -82,6 +82,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newInboxCmd())
 	root.AddCommand(newOutboxCmd())
 	root.AddCommand(newWorkflowCmd())
+	root.AddCommand(newExecutionCmd())
 	root.AddCommand(newTemplateCmd())
 	return root
 }
