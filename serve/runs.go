@@ -121,7 +121,11 @@ func (srv *Server[TX]) start(w http.ResponseWriter, r *http.Request, test bool) 
 		srv.failed(w, r, err)
 		return
 	}
-	first, err := firstStep(wf, payload)
+	first, err := firstStep(r.Context(), wf, payload, srv.caller(app))
+	if _, down := errors.AsType[storeError](err); down {
+		srv.unavailable(w, r, err)
+		return
+	}
 	if err != nil {
 		srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
 		return
@@ -222,12 +226,12 @@ func runID(key [32]byte, generation int) string {
 
 // firstStep is a run's first step: where the ENTRY_POINT leads for
 // payload.
-func firstStep(wf *workflow.Workflow, payload []byte) (*execution.StepSpec, error) {
+func firstStep(ctx context.Context, wf *workflow.Workflow, payload []byte, c *workflow.Caller) (*execution.StepSpec, error) {
 	in, err := workflow.Input(payload, nil)
 	if err != nil {
 		return nil, err
 	}
-	n, err := wf.Next(wf.Entry(), in)
+	n, err := wf.Next(ctx, wf.Entry(), in, c)
 	if err != nil {
 		return nil, err
 	}
@@ -261,8 +265,10 @@ func (srv *Server[TX]) nextVertex(ctx context.Context, c execution.Continuation)
 	if err != nil {
 		return nil, nil, execution.Permanent(err)
 	}
-	n, err := wf.Next(c.Done.Name, in)
+	n, err := wf.Next(ctx, c.Done.Name, in, srv.caller(e.App))
 	switch {
+	case isStoreError(err):
+		return nil, nil, err // rolled back, and settled again
 	case err != nil:
 		return nil, nil, execution.Permanent(err)
 	case n.End:
@@ -313,9 +319,34 @@ func (srv *Server[TX]) runVertex(ctx context.Context, job execution.Job) (execut
 	return execution.Result[TX]{}, err
 }
 
+// storeError is a store's failure while a run's data was read (a
+// connection): not the run's fault, so it is retried, never a refusal.
+type storeError struct{ error }
+
+func (e storeError) Unwrap() error { return e.error }
+
+func isStoreError(err error) bool { _, ok := errors.AsType[storeError](err); return ok }
+
+// connection reads the application's connection name, as it is now.
+func (srv *Server[TX]) connection(ctx context.Context, app, name string) (*workflow.Connection, error) {
+	d, err := srv.s.GetDefinition(ctx, store.DefinitionKey{App: app, Kind: workflow.ConnectionKind, Name: name}, 0)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("%w: no connection %q in this application", workflow.ErrData, name)
+	case err != nil:
+		return nil, storeError{err}
+	}
+	conn, _, err := workflow.LoadConnection(d.Body, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the stored connection %q: %w", workflow.ErrData, name, err)
+	}
+	return conn, nil
+}
+
 // caller is what the application's GATEWAY steps call with.
 func (srv *Server[TX]) caller(app string) *workflow.Caller {
-	c := &workflow.Caller{Client: srv.cfg.GatewayClient, Allowed: func(u *url.URL) bool { return srv.allowed(u.String()) }}
+	c := &workflow.Caller{Client: srv.cfg.GatewayClient, Allowed: func(u *url.URL) bool { return srv.allowed(u.String()) },
+		Connection: func(ctx context.Context, name string) (*workflow.Connection, error) { return srv.connection(ctx, app, name) }}
 	if srv.cfg.Secrets != nil {
 		c.Secret = func(ctx context.Context, name string) (string, error) { return srv.cfg.Secrets(ctx, app, name) }
 	}
@@ -460,7 +491,9 @@ func (srv *Server[TX]) startOverTx(ctx context.Context, tx TX, app, executionID 
 		if err != nil {
 			return store.Execution{}, err
 		}
-		if so.Step, err = firstStep(wf, task.Input); err != nil {
+		if so.Step, err = firstStep(ctx, wf, task.Input, srv.caller(app)); isStoreError(err) {
+			return store.Execution{}, err
+		} else if err != nil {
 			return store.Execution{}, fmt.Errorf("%w: %w", ErrTriggerInvalid, err)
 		}
 		so.Version = v

@@ -219,6 +219,8 @@ func (srv *Server[TX]) routes() {
 	app("POST /v1/executions/{id}/steps/{stepId}/resolve", srv.resolve)
 	app("PUT /v1/workflows/{name}", srv.putWorkflow)
 	app("GET /v1/workflows/{name}", srv.getWorkflow)
+	app("PUT /v1/connections/{name}", srv.putConnection)
+	app("GET /v1/connections/{name}", srv.getConnection)
 	app("POST /v1/workflows/{name}/trigger", srv.trigger)
 	app("POST /v1/workflows/{name}/test-run", srv.testRun)
 	app("POST /v1/executions/{id}/retry", srv.retry)

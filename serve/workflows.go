@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -20,8 +21,44 @@ type definitionReply struct {
 
 // putWorkflow checks a definition (JSON or YAML) and stores it as the
 // application's workflow's next version: 201, or 200 when it is the latest
-// version already.
+// version already. The connections its GATEWAYs name must exist.
 func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
+	srv.putDefinition(w, r, workflow.Kind, func(ctx context.Context, b []byte) ([]byte, []workflow.Problem, error) {
+		opts := &workflow.Options{Connections: []string{}}
+		if def, err := workflow.Parse(b); err == nil {
+			for _, name := range def.ConnectionNames() {
+				_, err := srv.s.GetDefinition(ctx, store.DefinitionKey{App: appFrom(ctx), Kind: workflow.ConnectionKind, Name: name}, 0)
+				switch {
+				case err == nil:
+					opts.Connections = append(opts.Connections, name)
+				case !errors.Is(err, store.ErrNotFound):
+					return nil, nil, err
+				}
+			}
+		}
+		// Secrets are not checked against the application: it keeps none
+		// in the service yet (Config.Secrets serves them at run time).
+		_, body, warns, err := workflow.Load(b, opts)
+		return body, warns, err
+	})
+}
+
+// putConnection checks a connection (JSON or YAML) and stores it as the
+// application's connection's next version, as putWorkflow does a
+// workflow. Steps that name it use its latest version from then on.
+func (srv *Server[TX]) putConnection(w http.ResponseWriter, r *http.Request) {
+	srv.putDefinition(w, r, workflow.ConnectionKind, func(_ context.Context, b []byte) ([]byte, []workflow.Problem, error) {
+		_, body, err := workflow.LoadConnection(b, nil)
+		return body, nil, err
+	})
+}
+
+// putDefinition checks a definition of kind with load and stores its
+// canonical form as the next version of the application's name: 201, or
+// 200 when it is the latest version already; 422 definition-invalid with
+// every problem.
+func (srv *Server[TX]) putDefinition(w http.ResponseWriter, r *http.Request, kind string,
+	load func(ctx context.Context, b []byte) ([]byte, []workflow.Problem, error)) {
 	name, ok := srv.definitionName(w, r)
 	if !ok {
 		return
@@ -30,9 +67,7 @@ func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// Secrets and connections are not checked against the application
-	// yet: it has none of either so far.
-	_, body, warns, err := workflow.Load(b, nil)
+	body, warns, err := load(r.Context(), b)
 	if inv, ok := errors.AsType[*workflow.InvalidError](err); ok {
 		d := problem.Details{Type: srv.cfg.ProblemBase + problem.SlugDefinitionInvalid, Title: problem.Title(problem.SlugDefinitionInvalid),
 			Status: http.StatusUnprocessableEntity, Detail: "the definition was not stored"}
@@ -46,7 +81,7 @@ func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
 		srv.unavailable(w, r, err)
 		return
 	}
-	k := store.DefinitionKey{App: appFrom(r.Context()), Kind: workflow.Kind, Name: name}
+	k := store.DefinitionKey{App: appFrom(r.Context()), Kind: kind, Name: name}
 	d, created, err := srv.s.PutDefinition(r.Context(), k, body, srv.cfg.Now())
 	if err != nil {
 		srv.unavailable(w, r, err)
@@ -59,9 +94,17 @@ func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
 	reply(w, status, definitionReply{Name: name, Version: d.Version, Warnings: warns})
 }
 
-// getWorkflow answers a version of the application's workflow (the latest
-// without ?version), with its name and version.
 func (srv *Server[TX]) getWorkflow(w http.ResponseWriter, r *http.Request) {
+	srv.getDefinition(w, r, workflow.Kind)
+}
+
+func (srv *Server[TX]) getConnection(w http.ResponseWriter, r *http.Request) {
+	srv.getDefinition(w, r, workflow.ConnectionKind)
+}
+
+// getDefinition answers a version of the application's definition of kind
+// (the latest without ?version), with its name and version.
+func (srv *Server[TX]) getDefinition(w http.ResponseWriter, r *http.Request, kind string) {
 	name, ok := srv.definitionName(w, r)
 	if !ok {
 		return
@@ -75,7 +118,7 @@ func (srv *Server[TX]) getWorkflow(w http.ResponseWriter, r *http.Request) {
 		}
 		version = n
 	}
-	d, err := srv.s.GetDefinition(r.Context(), store.DefinitionKey{App: appFrom(r.Context()), Kind: workflow.Kind, Name: name}, version)
+	d, err := srv.s.GetDefinition(r.Context(), store.DefinitionKey{App: appFrom(r.Context()), Kind: kind, Name: name}, version)
 	if err != nil {
 		srv.failed(w, r, err)
 		return

@@ -119,6 +119,12 @@ type gateway struct {
 	body            *value
 	clientErrorMode string // "fail" or "complete"
 	onConflict      string // "done" or "retry"
+	// modeSet and conflictSet: the step says so itself (else, on a
+	// connection, the connection's hold).
+	modeSet, conflictSet bool
+	// base is the connection's base URL, once the gateway is bound to it
+	// (on): requests then go to base + path.
+	base string
 	timeout         time.Duration
 	maxAttempts     int
 	backoff         time.Duration
@@ -161,20 +167,34 @@ func Load(data []byte, opts *Options) (*Workflow, []byte, []Problem, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	b, err := json.Marshal(def)
+	b, err := canonical(def)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	return w, b, warns, nil
+}
+
+// canonical is v as compact JSON with every object's keys sorted (and
+// "&", "<", ">" as they are, so that what is read back is what was
+// written).
+func canonical(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, nil, nil, err
+	var x any
+	if err := dec.Decode(&x); err != nil {
+		return nil, err
 	}
-	if b, err = json.Marshal(v); err != nil {
-		return nil, nil, nil, err
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(x); err != nil {
+		return nil, err
 	}
-	return w, b, warns, nil
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
 }
 
 // Compile checks d against opts and returns it compiled, with its
@@ -355,14 +375,14 @@ func (c *compiler) gateway(at, id string, cfg map[string]json.RawMessage) *gatew
 		if mode != "fail" && mode != "complete" {
 			c.probs.add(at+"/clientErrorMode", "%q: fail (the default: a 4xx fails the step) or complete (the answer becomes data the next edge routes on)", mode)
 		}
-		g.clientErrorMode = mode
+		g.clientErrorMode, g.modeSet = mode, true
 	}
 	var conflict string
 	if c.probs.decode(at+"/onConflict", cfg["onConflict"], &conflict, "must be a string") && conflict != "" {
 		if conflict != "done" && conflict != "retry" {
 			c.probs.add(at+"/onConflict", "%q: done (the default: a 409 means the target has it) or retry", conflict)
 		}
-		g.onConflict = conflict
+		g.onConflict, g.conflictSet = conflict, true
 	}
 	if raw, ok := cfg["timeout"]; ok {
 		g.timeout = c.duration(at+"/timeout", raw, time.Second, MaxTimeout)
@@ -462,20 +482,26 @@ func (c *compiler) headers(at, id string, raw json.RawMessage, keyed bool) (map[
 			key = c.key(p, id, v)
 			continue
 		}
-		for _, m := range secretPattern.FindAllStringSubmatch(v, -1) {
-			switch {
-			case isExpr(v):
-				c.probs.add(p, "an expression cannot read secrets: write the header as a literal with {{ secrets.%s }}", m[1])
-			case m[1] == "":
-				c.probs.add(p, "{{ secrets.NAME }} needs a name")
-			case c.opts.Secrets != nil && !slices.Contains(c.opts.Secrets, m[1]):
-				c.probs.add(p, "no secret %q in this application", m[1])
-			}
-		}
-		j, _ := json.Marshal(v)
-		out[name] = c.value(p, j, true)
+		out[name] = c.header(p, v)
 	}
 	return out, key
+}
+
+// header compiles one header's value: a literal whose secrets the
+// application must have, or an expression (which cannot read them).
+func (c *compiler) header(p, v string) *value {
+	for _, m := range secretPattern.FindAllStringSubmatch(v, -1) {
+		switch {
+		case isExpr(v):
+			c.probs.add(p, "an expression cannot read secrets: write the header as a literal with {{ secrets.%s }}", m[1])
+		case m[1] == "":
+			c.probs.add(p, "{{ secrets.NAME }} needs a name")
+		case c.opts.Secrets != nil && !slices.Contains(c.opts.Secrets, m[1]):
+			c.probs.add(p, "no secret %q in this application", m[1])
+		}
+	}
+	j, _ := json.Marshal(v)
+	return c.value(p, j, true)
 }
 
 // key compiles an Idempotency-Key header. Its operation comes from its

@@ -87,24 +87,9 @@ func (e *InvalidError) Unwrap() error { return ErrInvalid }
 // document that starts with "{" is read as JSON). Unknown fields are
 // problems, with their paths: a misspelt field would otherwise be ignored.
 func Parse(data []byte) (*Definition, error) {
-	doc := bytes.TrimSpace(data)
-	if len(doc) == 0 {
-		return nil, &InvalidError{Problems: []Problem{{"", "the definition is empty"}}}
-	}
-	if doc[0] != '{' {
-		var v any
-		if err := yaml.Unmarshal(doc, &v); err != nil {
-			return nil, &InvalidError{Problems: []Problem{{"", "not YAML: " + err.Error()}}}
-		}
-		j, err := json.Marshal(v)
-		if err != nil {
-			return nil, &InvalidError{Problems: []Problem{{"", "YAML that has no JSON form (a key that is not a string?): " + err.Error()}}}
-		}
-		doc = j
-	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(doc, &top); err != nil {
-		return nil, &InvalidError{Problems: []Problem{{"", "not a JSON object: " + err.Error()}}}
+	top, err := document(data)
+	if err != nil {
+		return nil, err
 	}
 	var probs problems
 	probs.unknown("", top, "vertices", "edges")
@@ -129,6 +114,47 @@ func Parse(data []byte) (*Definition, error) {
 		return nil, err
 	}
 	return &d, nil
+}
+
+// document reads a JSON or YAML document (one that starts with "{" is
+// JSON) whose top is an object.
+func document(data []byte) (map[string]json.RawMessage, error) {
+	doc := bytes.TrimSpace(data)
+	if len(doc) == 0 {
+		return nil, &InvalidError{Problems: []Problem{{"", "the definition is empty"}}}
+	}
+	if doc[0] != '{' {
+		var v any
+		if err := yaml.Unmarshal(doc, &v); err != nil {
+			return nil, &InvalidError{Problems: []Problem{{"", "not YAML: " + err.Error()}}}
+		}
+		j, err := json.Marshal(v)
+		if err != nil {
+			return nil, &InvalidError{Problems: []Problem{{"", "YAML that has no JSON form (a key that is not a string?): " + err.Error()}}}
+		}
+		doc = j
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &top); err != nil {
+		return nil, &InvalidError{Problems: []Problem{{"", "not a JSON object: " + err.Error()}}}
+	}
+	return top, nil
+}
+
+// ConnectionNames returns the connections d's GATEWAY vertices name, each
+// once, sorted.
+func (d *Definition) ConnectionNames() []string {
+	var out []string
+	for _, v := range d.Vertices {
+		var cfg struct {
+			Connection string `json:"connection"`
+		}
+		if v.Type == Gateway && json.Unmarshal(v.Config, &cfg) == nil && cfg.Connection != "" && !slices.Contains(out, cfg.Connection) {
+			out = append(out, cfg.Connection)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // problems collects a definition's problems.

@@ -73,8 +73,10 @@ type Next struct {
 
 // Next returns where a run at vertex from (the ENTRY_POINT, or one that
 // completed) goes, given the input its step built (Input): the first edge
-// whose condition holds (Route), and the key of the vertex it reaches.
-func (w *Workflow) Next(from string, input []byte) (Next, error) {
+// whose condition holds (Route), and the key of the vertex it reaches
+// (from its connection's template when it names one and has none of its
+// own).
+func (w *Workflow) Next(ctx context.Context, from string, input []byte, c *Caller) (Next, error) {
 	to, err := w.Route(from, input)
 	if err != nil {
 		return Next{}, err
@@ -85,6 +87,9 @@ func (w *Workflow) Next(from string, input []byte) (Next, error) {
 	}
 	n := Next{Vertex: to}
 	if g := st.gateway; g != nil {
+		if g, err = g.bound(ctx, to, c); err != nil {
+			return Next{}, err
+		}
 		if g.key != nil {
 			if n.Key, err = g.key.Key(input); err != nil {
 				return Next{}, fmt.Errorf("%w: the Idempotency-Key of %q: %w", ErrData, to, err)
@@ -104,6 +109,9 @@ type Caller struct {
 	Secret func(ctx context.Context, name string) (string, error)
 	// Allowed, when set, says whether a request may go to the URL.
 	Allowed func(u *url.URL) bool
+	// Connection returns the application's connection of that name, for
+	// the GATEWAYs that name one.
+	Connection func(ctx context.Context, name string) (*Connection, error)
 }
 
 // maxBody bounds what a step keeps of a response body.
@@ -128,20 +136,21 @@ func (w *Workflow) Run(ctx context.Context, vertex string, input []byte, key str
 	case Transform:
 		return st.output.eval(input)
 	case Gateway:
-		return st.gateway.run(ctx, vertex, input, key, c)
+		g, err := st.gateway.bound(ctx, vertex, c)
+		if err != nil {
+			return nil, err
+		}
+		return g.run(ctx, vertex, input, key, c)
 	}
 	return nil, fmt.Errorf("%w: %q is a %s, which runs no step", ErrData, vertex, st.typ)
 }
 
 func (g *gateway) run(ctx context.Context, vertex string, input []byte, key string, c *Caller) (json.RawMessage, error) {
-	if g.connection != "" {
-		return nil, fmt.Errorf("%w: %q names the connection %q: connections are not served yet", ErrData, vertex, g.connection)
-	}
 	if c == nil {
 		c = &Caller{}
 	}
 	if v := g.verify; v != nil {
-		status, body, _, err := g.send(ctx, c, http.MethodGet, v.url, v.headers, nil, "", input)
+		status, body, _, err := g.send(ctx, c, http.MethodGet, g.target(v.url, v.path), v.headers, nil, "", input)
 		if err != nil {
 			return nil, fmt.Errorf("the verify read of %q: %w", vertex, err)
 		}
@@ -154,7 +163,7 @@ func (g *gateway) run(ctx context.Context, vertex string, input []byte, key stri
 			return mustJSON(map[string]any{"status": status, "body": json.RawMessage(body), "verified": true}), nil
 		}
 	}
-	status, body, after, err := g.send(ctx, c, g.method, g.url, g.headers, g.body, key, input)
+	status, body, after, err := g.send(ctx, c, g.method, g.target(g.url, g.path), g.headers, g.body, key, input)
 	if err != nil {
 		return nil, fmt.Errorf("%q: %w", vertex, err)
 	}
@@ -172,18 +181,39 @@ func (g *gateway) run(ctx context.Context, vertex string, input []byte, key stri
 	return nil, fmt.Errorf("%w: %q answered %d: %s", ErrRejected, vertex, status, truncate(body, 200))
 }
 
-// send makes one request: the url (a literal or an expression), the
-// headers (literals with secrets, or expressions), the key and the body,
-// all from input. It returns the status, the body as JSON (a string when
-// the target's is not JSON) and the Retry-After.
-func (g *gateway) send(ctx context.Context, c *Caller, method string, target *value, headers map[string]*value, body *value, key string, input []byte) (int, []byte, time.Duration, error) {
-	raw, err := target.eval(input)
+// where is what a request goes to: a url, or a path on a connection's
+// base URL.
+type where struct {
+	base string
+	at   *value
+}
+
+// target is where a request of g goes: url, or path on g's connection.
+func (g *gateway) target(u, path *value) where {
+	if g.base != "" {
+		return where{base: g.base, at: path}
+	}
+	return where{at: u}
+}
+
+// send makes one request: the url (a literal or an expression, or a path
+// on a connection), the headers (literals with secrets, or expressions),
+// the key and the body, all from input. It returns the status, the body
+// as JSON (a string when the target's is not JSON) and the Retry-After.
+func (g *gateway) send(ctx context.Context, c *Caller, method string, target where, headers map[string]*value, body *value, key string, input []byte) (int, []byte, time.Duration, error) {
+	raw, err := target.at.eval(input)
 	if err != nil {
 		return 0, nil, 0, err
 	}
 	var to string
 	if json.Unmarshal(raw, &to) != nil {
 		return 0, nil, 0, fmt.Errorf("%w: the url is %s, not a string", ErrData, raw)
+	}
+	if target.base != "" {
+		if !strings.HasPrefix(to, "/") {
+			return 0, nil, 0, fmt.Errorf("%w: the path %q does not start with \"/\"", ErrData, to)
+		}
+		to = target.base + to
 	}
 	u, err := url.Parse(to)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

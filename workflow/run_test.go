@@ -89,7 +89,7 @@ func TestGatewaySendsTheKey(t *testing.T) {
 	tg, base := newTarget(t, func(r *http.Request) (int, string, http.Header) { return 201, `{"id":"ch_1"}`, nil })
 	w := gatewayFlow(t, base, nil)
 	in := runInput(t, `{"order": {"id": "o-42", "amount": 1250}}`)
-	next, err := w.Next(w.Entry(), in)
+	next, err := w.Next(context.Background(), w.Entry(), in, nil)
 	if err != nil || next.Vertex != "charge" || next.Key != "charge-o-42" || next.Once || next.End {
 		t.Fatalf("Next from the entry: %+v %v", next, err)
 	}
@@ -108,7 +108,7 @@ func TestGatewaySendsTheKey(t *testing.T) {
 	}
 	out, _ := w.Run(context.Background(), next.Vertex, in, next.Key, secrets)
 	in2, _ := workflow.Input(json.RawMessage(`{"order": {"id": "o-42"}}`), map[string]json.RawMessage{"charge": out})
-	if end, err := w.Next("charge", in2); err != nil || !end.End || end.Vertex != "done" {
+	if end, err := w.Next(context.Background(), "charge", in2, nil); err != nil || !end.End || end.Vertex != "done" {
 		t.Fatalf("Next from charge: %+v %v", end, err)
 	}
 }
@@ -174,7 +174,7 @@ func TestGatewayVerifiesBeforeEachWrite(t *testing.T) {
 		"verify":  map[string]any{"url": "= '" + base + "/shipments/' & payload.order.id", "found": "= response.status = 200"},
 	})
 	in := runInput(t, `{"order": {"id": "o-7", "amount": 1}}`)
-	if n, _ := w.Next(w.Entry(), in); n.Once || n.Key != "" {
+	if n, _ := w.Next(context.Background(), w.Entry(), in, nil); n.Once || n.Key != "" {
 		t.Fatalf("a verified write: %+v, want neither once-only nor keyed", n)
 	}
 	first, err := w.Run(context.Background(), "charge", in, "", secrets)
@@ -195,7 +195,7 @@ func TestGatewayVerifiesBeforeEachWrite(t *testing.T) {
 func TestGatewayDataErrors(t *testing.T) {
 	_, base := newTarget(t, func(r *http.Request) (int, string, http.Header) { return 200, `{}`, nil })
 	w := gatewayFlow(t, base, nil)
-	if _, err := w.Next(w.Entry(), runInput(t, `{"order": {}}`)); !errors.Is(err, workflow.ErrData) {
+	if _, err := w.Next(context.Background(), w.Entry(), runInput(t, `{"order": {}}`), nil); !errors.Is(err, workflow.ErrData) {
 		t.Fatalf("a key without its field: %v, want ErrData", err)
 	}
 	noSecret := &workflow.Caller{Secret: func(context.Context, string) (string, error) { return "", errors.New("none") }}
@@ -204,7 +204,7 @@ func TestGatewayDataErrors(t *testing.T) {
 	}
 	// An undefined body member is left out; a keyless POST is once-only.
 	w = gatewayFlow(t, base, map[string]any{"headers": map[string]any{}})
-	if n, err := w.Next(w.Entry(), runInput(t, `{"order": {"id": "o-1"}}`)); err != nil || !n.Once {
+	if n, err := w.Next(context.Background(), w.Entry(), runInput(t, `{"order": {"id": "o-1"}}`), nil); err != nil || !n.Once {
 		t.Fatalf("a keyless, unverified POST: %+v %v, want once-only", n, err)
 	}
 	if out, err := w.Run(context.Background(), "charge", runInput(t, `{"order": {"id": "o-1"}}`), "", nil); err != nil || !strings.Contains(string(out), `"status":200`) {
