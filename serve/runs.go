@@ -346,7 +346,9 @@ func (srv *Server[TX]) connection(ctx context.Context, app, name string) (*workf
 // caller is what the application's GATEWAY steps call with.
 func (srv *Server[TX]) caller(app string) *workflow.Caller {
 	c := &workflow.Caller{Client: srv.cfg.GatewayClient, Allowed: func(u *url.URL) bool { return srv.allowed(u.String()) },
-		Connection: func(ctx context.Context, name string) (*workflow.Connection, error) { return srv.connection(ctx, app, name) }}
+		Connection: func(ctx context.Context, name string) (*workflow.Connection, error) {
+			return srv.connection(ctx, app, name)
+		}}
 	if srv.cfg.Secrets != nil {
 		c.Secret = func(ctx context.Context, name string) (string, error) { return srv.cfg.Secrets(ctx, app, name) }
 	}

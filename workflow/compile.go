@@ -124,11 +124,11 @@ type gateway struct {
 	modeSet, conflictSet bool
 	// base is the connection's base URL, once the gateway is bound to it
 	// (on): requests then go to base + path.
-	base string
-	timeout         time.Duration
-	maxAttempts     int
-	backoff         time.Duration
-	verify          *verify
+	base        string
+	timeout     time.Duration
+	maxAttempts int
+	backoff     time.Duration
+	verify      *verify
 }
 
 // verify is a GATEWAY's re-read before each write attempt.
