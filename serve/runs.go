@@ -29,10 +29,6 @@ import (
 // Declared types may not start with "idem.".
 const workflowType = "idem.workflow"
 
-// workflowLease is a vertex step's lease: its runner heartbeats every
-// third of it, and a runner that died leaves the step to another after it.
-const workflowLease = 30 * time.Second
-
 // maxCompiled bounds the compiled versions kept in memory.
 const maxCompiled = 1024
 

@@ -77,6 +77,10 @@ type Config struct {
 	// WorkflowConcurrency is how many workflow steps RunWorkflows runs at
 	// once. Defaults to DefaultWorkflowConcurrency.
 	WorkflowConcurrency int
+	// WorkflowLease is a workflow step's lease: its runner extends it
+	// every third of it, and when the runner's process dies, another
+	// takes the step over after it. Defaults to DefaultWorkflowLease.
+	WorkflowLease time.Duration
 	// OnEventTx, when set, is also called for every event, in its
 	// transaction, before its callback is enqueued.
 	OnEventTx func(ctx context.Context, tx any, app string, task store.Task, e store.Execution, ev store.Event) error
@@ -95,6 +99,7 @@ const (
 	// DefaultWorkflowConcurrency: workflow steps mostly wait on their
 	// targets, so many run at once.
 	DefaultWorkflowConcurrency = 16
+	DefaultWorkflowLease       = 30 * time.Second
 	maxWait                    = 30 * time.Second
 	// eventPoll is how often a live event stream looks for new events.
 	eventPoll = 200 * time.Millisecond
@@ -129,8 +134,11 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 		return nil, fmt.Errorf("%w: a store and a Config are required", ErrBadConfig)
 	}
 	c := *cfg
-	if c.MaxBody < 0 || c.ExpireInterval < 0 || c.ClaimPoll < 0 || c.WorkflowConcurrency < 0 {
-		return nil, fmt.Errorf("%w: negative MaxBody, ExpireInterval, ClaimPoll or WorkflowConcurrency", ErrBadConfig)
+	if c.MaxBody < 0 || c.ExpireInterval < 0 || c.ClaimPoll < 0 || c.WorkflowConcurrency < 0 || c.WorkflowLease < 0 {
+		return nil, fmt.Errorf("%w: negative MaxBody, ExpireInterval, ClaimPoll, WorkflowConcurrency or WorkflowLease", ErrBadConfig)
+	}
+	if c.WorkflowLease == 0 {
+		c.WorkflowLease = DefaultWorkflowLease
 	}
 	if c.WorkflowConcurrency == 0 {
 		c.WorkflowConcurrency = DefaultWorkflowConcurrency
@@ -166,7 +174,7 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 	}
 	// A vertex's own retry budget applies (its handler fails the step for
 	// good when it is spent); the type's is the most a vertex may have.
-	types[workflowType] = execution.TypeConfig{Lease: workflowLease, MaxAttempts: workflow.MaxMaxAttempts, Next: srv.nextVertex}
+	types[workflowType] = execution.TypeConfig{Lease: c.WorkflowLease, MaxAttempts: workflow.MaxMaxAttempts, Next: srv.nextVertex}
 	en, err := execution.New[TX](s, &execution.Config{Types: types, OnEventTx: srv.onEventTx, Now: c.Now, Logger: c.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)

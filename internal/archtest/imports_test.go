@@ -147,6 +147,8 @@ var allowed = []exception{
 		"task creation and rerun take request keys through the middleware, in the store's transaction"},
 	{"outbox", "net/http",
 		"its relay delivers intents over HTTP: Target.URL, Config.Client, the response policy over status codes and Retry-After"},
+	{"workflow", "net/http",
+		"its GATEWAY steps call their targets over HTTP, as the outbox's relay does: Caller.Client, the verify read, the response policy over status codes and Retry-After"},
 }
 
 // TestRules checks every package of the module against the tables above.

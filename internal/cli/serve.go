@@ -83,7 +83,7 @@ listening on http://ADDR" on stdout. Every flag has an environment variable:
 	fl.StringVar(&f.store, "store", "sqlite:idem.db", "where tasks live: sqlite:PATH or postgres://...")
 	fl.StringSliceVar(&f.taskTypes, "task-types", nil, "task types that external workers run, comma-separated")
 	fl.StringSliceVar(&f.onceTypes, "once-types", nil, "task types whose steps are not run again after a lost lease (an operator resolves them)")
-	fl.DurationVar(&f.lease, "lease", execution.DefaultLease, "a claim's default lease (a worker's leaseSeconds overrides it)")
+	fl.DurationVar(&f.lease, "lease", execution.DefaultLease, "a claim's default lease (a worker's leaseSeconds overrides it), and a workflow step's")
 	fl.DurationVar(&f.keyLease, "key-lease", key.DefaultLease, "how long a task creation's request key is held when its process dies before answering (its retries get 409 until then)")
 	fl.IntVar(&f.maxAttempts, "max-attempts", execution.DefaultMaxAttempts, "claims a step gets before a retryable failure fails it for good")
 	fl.BoolVar(&f.demo, "demo", false, "create a demo application and worker token, run an in-process worker for the type \"demo\", and print curl lines")
@@ -170,7 +170,7 @@ func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types 
 	if err != nil {
 		return err
 	}
-	srv, err := serve.New(s, &serve.Config{Types: types, Logger: logger, OutboxHooks: outboxHooks, AllowHosts: f.allowHosts,
+	srv, err := serve.New(s, &serve.Config{Types: types, Logger: logger, OutboxHooks: outboxHooks, AllowHosts: f.allowHosts, WorkflowLease: f.lease,
 		Key: &key.Config{Lease: f.keyLease, Logger: logger}})
 	if err != nil {
 		return usageError{err}
