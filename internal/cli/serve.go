@@ -107,9 +107,7 @@ func (f *serveFlags) types() (map[string]execution.TypeConfig, error) {
 	if f.demo && !slices.Contains(names, "demo") {
 		names = append(names, "demo")
 	}
-	if len(names) == 0 {
-		return nil, usagef("--task-types is required (or IDEM_TASK_TYPES), or --demo")
-	}
+	// No task types is a service that runs workflows only.
 	types := map[string]execution.TypeConfig{}
 	for _, n := range names {
 		n = strings.TrimSpace(n)

@@ -157,7 +157,7 @@ func TestAppCommands(t *testing.T) {
 	if code, out := run("worker-token", "create", "--store", db); code != 0 || !strings.Contains(out, `{"token":"`) {
 		t.Fatalf("worker-token create: %d %s", code, out)
 	}
-	if code, out := run("serve", "--store", db); code != 2 || !strings.Contains(out, "--task-types") {
-		t.Fatalf("serve without types: %d %s", code, out)
+	if code, out := run("serve", "--store", db, "--lease", "0s"); code != 2 || !strings.Contains(out, "--lease") {
+		t.Fatalf("serve with no lease: %d %s", code, out)
 	}
 }
