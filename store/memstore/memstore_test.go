@@ -31,6 +31,9 @@ var (
 	openDefinitions storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
 		return storetest.Subject[*memstore.Tx]{Store: memstore.NewDefinitions()}
 	}
+	openSecrets storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
+		return storetest.Subject[*memstore.Tx]{Store: memstore.NewSecrets()}
+	}
 	openExecutions storetest.Open[*memstore.Tx] = func(t *testing.T, now func() time.Time) storetest.Subject[*memstore.Tx] {
 		return storetest.Subject[*memstore.Tx]{Store: memstore.NewExecutions(memstore.NewInbox()), Ledger: &memLedger{rows: map[string]int{}}}
 	}
@@ -38,7 +41,7 @@ var (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, open := range []storetest.Open[*memstore.Tx]{openRecords, openInbox, openOutbox, openExecutions, openApps, openDefinitions} {
+	for _, open := range []storetest.Open[*memstore.Tx]{openRecords, openInbox, openOutbox, openExecutions, openApps, openDefinitions, openSecrets} {
 		storetest.Exercise(t, open)
 	}
 }

@@ -16,7 +16,7 @@ import (
 
 // migrationCount is how many migrations the store has: 001_idem_keys,
 // 002_idem_inbox, 003_idem_outbox, 004_idem_executions, 005_idem_steps, 006_idem_apps and 007_idem_deadlines.
-const migrationCount = 10
+const migrationCount = 11
 
 func TestNewRefusesUnmigratedSchema(t *testing.T) {
 	t.Parallel()

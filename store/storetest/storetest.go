@@ -92,6 +92,7 @@ func Exercise[TX any](t *testing.T, open Open[TX]) {
 		{"AppStore", Implements[store.AppStore](t, probe.Store), false, exerciseApps[TX]},
 		{"DefinitionStore", Implements[store.DefinitionStore](t, probe.Store), false, exerciseDefinitions[TX]},
 		{"TriggerStore", Implements[store.TriggerStore[TX]](t, probe.Store), false, exerciseTriggers[TX]},
+		{"SecretStore", Implements[store.SecretStore](t, probe.Store), false, exerciseSecrets[TX]},
 		{"StepStore", Implements[store.StepStore[TX]](t, probe.Store) && Implements[store.ExecutionStore[TX]](t, probe.Store), false, exerciseSteps[TX]},
 	}
 	ran := 0
