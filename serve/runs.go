@@ -345,8 +345,18 @@ func (srv *Server[TX]) caller(app string) *workflow.Caller {
 		Connection: func(ctx context.Context, name string) (*workflow.Connection, error) {
 			return srv.connection(ctx, app, name)
 		}}
-	if srv.cfg.Secrets != nil {
-		c.Secret = func(ctx context.Context, name string) (string, error) { return srv.cfg.Secrets(ctx, app, name) }
+	c.Secret = func(ctx context.Context, name string) (string, error) {
+		if srv.cfg.Secrets != nil {
+			return srv.cfg.Secrets(ctx, app, name)
+		}
+		v, err := srv.s.GetSecret(ctx, app, name)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return "", fmt.Errorf("%w: the application has no secret %q", workflow.ErrData, name)
+		case err != nil:
+			return "", storeError{err}
+		}
+		return string(v), nil
 	}
 	return c
 }

@@ -33,6 +33,7 @@ type Store[TX any] interface {
 	store.AppTxStore[TX]
 	store.DefinitionStore
 	store.TriggerStore[TX]
+	store.SecretStore
 }
 
 // Config configures a Server.
@@ -71,8 +72,10 @@ type Config struct {
 	// vertex's timeout). Defaults to http.DefaultClient.
 	GatewayClient *http.Client
 	// Secrets, when set, returns an application's secret, for the
-	// "{{ secrets.NAME }}" in its workflows' headers. Defaults to none: a
-	// step whose header names a secret fails.
+	// "{{ secrets.NAME }}" in its workflows' headers, from a secret
+	// manager of the caller's (definitions are then not checked for the
+	// names they use). Defaults to the secrets the application set with
+	// PUT /v1/secrets/{name}, in the store.
 	Secrets func(ctx context.Context, app, name string) (string, error)
 	// WorkflowConcurrency is how many workflow steps RunWorkflows runs at
 	// once. Defaults to DefaultWorkflowConcurrency.
@@ -227,6 +230,9 @@ func (srv *Server[TX]) routes() {
 	app("POST /v1/executions/{id}/steps/{stepId}/resolve", srv.resolve)
 	app("PUT /v1/workflows/{name}", srv.putWorkflow)
 	app("GET /v1/workflows/{name}", srv.getWorkflow)
+	app("PUT /v1/secrets/{name}", srv.putSecret)
+	app("GET /v1/secrets", srv.listSecrets)
+	app("DELETE /v1/secrets/{name}", srv.deleteSecret)
 	app("PUT /v1/connections/{name}", srv.putConnection)
 	app("GET /v1/connections/{name}", srv.getConnection)
 	app("POST /v1/workflows/{name}/trigger", srv.trigger)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/idemhq/idem/problem"
 	"github.com/idemhq/idem/store"
@@ -24,7 +26,11 @@ type definitionReply struct {
 // version already. The connections its GATEWAYs name must exist.
 func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
 	srv.putDefinition(w, r, workflow.Kind, func(ctx context.Context, b []byte) ([]byte, []workflow.Problem, error) {
-		opts := &workflow.Options{Connections: []string{}}
+		opts, err := srv.definitionOptions(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts.Connections = []string{}
 		if def, err := workflow.Parse(b); err == nil {
 			for _, name := range def.ConnectionNames() {
 				_, err := srv.s.GetDefinition(ctx, store.DefinitionKey{App: appFrom(ctx), Kind: workflow.ConnectionKind, Name: name}, 0)
@@ -36,8 +42,6 @@ func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-		// Secrets are not checked against the application: it keeps none
-		// in the service yet (Config.Secrets serves them at run time).
 		_, body, warns, err := workflow.Load(b, opts)
 		return body, warns, err
 	})
@@ -47,8 +51,12 @@ func (srv *Server[TX]) putWorkflow(w http.ResponseWriter, r *http.Request) {
 // application's connection's next version, as putWorkflow does a
 // workflow. Steps that name it use its latest version from then on.
 func (srv *Server[TX]) putConnection(w http.ResponseWriter, r *http.Request) {
-	srv.putDefinition(w, r, workflow.ConnectionKind, func(_ context.Context, b []byte) ([]byte, []workflow.Problem, error) {
-		_, body, err := workflow.LoadConnection(b, nil)
+	srv.putDefinition(w, r, workflow.ConnectionKind, func(ctx context.Context, b []byte) ([]byte, []workflow.Problem, error) {
+		opts, err := srv.definitionOptions(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		_, body, err := workflow.LoadConnection(b, opts)
 		return body, nil, err
 	})
 }
@@ -130,6 +138,80 @@ func (srv *Server[TX]) getDefinition(w http.ResponseWriter, r *http.Request, kin
 	}
 	out["name"], out["version"] = name, d.Version
 	reply(w, http.StatusOK, out)
+}
+
+// definitionOptions are what the application's definitions are checked
+// against: the names of its secrets (unchecked when Config.Secrets serves
+// them from elsewhere).
+func (srv *Server[TX]) definitionOptions(ctx context.Context) (*workflow.Options, error) {
+	opts := &workflow.Options{}
+	if srv.cfg.Secrets == nil {
+		names, err := srv.s.SecretNames(ctx, appFrom(ctx))
+		if err != nil {
+			return nil, err
+		}
+		opts.Secrets = names
+	}
+	return opts, nil
+}
+
+// secretName is what may name a secret, as "{{ secrets.NAME }}" reads it.
+var secretName = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
+
+// maxSecret bounds a secret's value.
+const maxSecret = 8 << 10
+
+// putSecret sets one of the application's secrets: 204, and the value is
+// never shown back.
+func (srv *Server[TX]) putSecret(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !secretName.MatchString(name) {
+		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, "name: 1 to 64 letters, digits and '_'")
+		return
+	}
+	var req struct {
+		Value *string `json:"value"`
+	}
+	if !srv.decode(w, r, &req) {
+		return
+	}
+	if req.Value == nil || *req.Value == "" || len(*req.Value) > maxSecret || strings.ContainsAny(*req.Value, "\r\n") {
+		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, "value: 1 to 8 KiB, on one line (it goes into a header)")
+		return
+	}
+	if err := srv.s.PutSecret(r.Context(), appFrom(r.Context()), name, []byte(*req.Value), srv.cfg.Now()); err != nil {
+		srv.unavailable(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// listSecrets answers the names of the application's secrets, never their
+// values.
+func (srv *Server[TX]) listSecrets(w http.ResponseWriter, r *http.Request) {
+	names, err := srv.s.SecretNames(r.Context(), appFrom(r.Context()))
+	if err != nil {
+		srv.unavailable(w, r, err)
+		return
+	}
+	type item struct {
+		Name string `json:"name"`
+	}
+	out := struct {
+		Items []item `json:"items"`
+	}{Items: []item{}}
+	for _, n := range names {
+		out.Items = append(out.Items, item{n})
+	}
+	reply(w, http.StatusOK, out)
+}
+
+func (srv *Server[TX]) deleteSecret(w http.ResponseWriter, r *http.Request) {
+	if err := srv.s.DeleteSecret(r.Context(), appFrom(r.Context()), r.PathValue("name")); err != nil {
+		srv.failed(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // definitionName reads the {name} of a definition's path.
