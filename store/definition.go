@@ -36,4 +36,8 @@ type DefinitionStore interface {
 	// GetDefinition returns k's version (0: the latest). ErrNotFound for a
 	// key or version never stored, or another application's.
 	GetDefinition(ctx context.Context, k DefinitionKey, version int) (Definition, error)
+	// LatestDefinitions returns the latest version of every definition of
+	// kind, of every application, by application and name (the service's
+	// scheduler reads the workflows' schedules so).
+	LatestDefinitions(ctx context.Context, kind string) ([]Definition, error)
 }

@@ -43,8 +43,9 @@ type Workflow struct {
 	out   map[string][]route
 	// window and reuse are the ENTRY_POINT's idempotencyWindow and
 	// reusePolicy.
-	window time.Duration
-	reuse  Reuse
+	window   time.Duration
+	reuse    Reuse
+	schedule *Schedule
 }
 
 // Reuse is what a trigger whose identity named an execution that finished
@@ -301,7 +302,10 @@ func (c *compiler) config(at string, raw json.RawMessage) (map[string]json.RawMe
 }
 
 func (c *compiler) entry(at string, cfg map[string]json.RawMessage, st *step) {
-	c.probs.unknown(at+"/config", cfg, "idempotencyFields", "idempotencyWindow", "reusePolicy")
+	c.probs.unknown(at+"/config", cfg, "idempotencyFields", "idempotencyWindow", "reusePolicy", "schedule")
+	if raw, ok := cfg["schedule"]; ok {
+		c.w.schedule = c.schedule(at+"/config/schedule", raw)
+	}
 	if raw, ok := cfg["idempotencyWindow"]; ok {
 		c.w.window = c.duration(at+"/config/idempotencyWindow", raw, MinWindow, MaxWindow)
 	}

@@ -91,6 +91,10 @@ func TestInvalidDefinitions(t *testing.T) {
 		edit               func(d map[string]any)
 	}{
 		{"UnknownVertexType", "/vertices/1/type", `unknown vertex type "LAMBDA"`, func(d map[string]any) { vertex(d, 1)["type"] = "LAMBDA" }},
+		{"BadCron", "/vertices/0/config/schedule/cron", `"every hour"`, func(d map[string]any) { config(d, 0)["schedule"] = map[string]any{"cron": "every hour"} }},
+		{"BadCatchUp", "/vertices/0/config/schedule/catchUp", `"some"`, func(d map[string]any) {
+			config(d, 0)["schedule"] = map[string]any{"cron": "@hourly", "catchUp": "some"}
+		}},
 		{"WindowTooShort", "/vertices/0/config/idempotencyWindow", "a duration from 1m0s", func(d map[string]any) { config(d, 0)["idempotencyWindow"] = "5s" }},
 		{"UnknownReusePolicy", "/vertices/0/config/reusePolicy", `"TERMINATE_IF_RUNNING"`, func(d map[string]any) { config(d, 0)["reusePolicy"] = "TERMINATE_IF_RUNNING" }},
 		{"DanglingEdge", "/edges/1/to", `no vertex "finish"`, func(d map[string]any) { d["edges"].([]any)[1].(map[string]any)["to"] = "finish" }},

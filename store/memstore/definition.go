@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,25 @@ func (s *Definitions) PutDefinition(ctx context.Context, k store.DefinitionKey, 
 	d := store.Definition{DefinitionKey: k, Version: len(vs) + 1, Body: slices.Clone(body), CreatedAt: at}
 	s.defs[k] = append(vs, d)
 	return cloneDefinition(d), true, nil
+}
+
+// LatestDefinitions implements store.DefinitionStore.
+func (s *Definitions) LatestDefinitions(ctx context.Context, kind string) ([]store.Definition, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []store.Definition{}
+	for k, vs := range s.defs {
+		if k.Kind == kind && len(vs) > 0 {
+			out = append(out, cloneDefinition(vs[len(vs)-1]))
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Definition) int {
+		if a.App != b.App {
+			return strings.Compare(a.App, b.App)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out, nil
 }
 
 // GetDefinition implements store.DefinitionStore.

@@ -23,7 +23,32 @@ WHERE app = $1 AND kind = $2 AND name = $3 ORDER BY version DESC LIMIT 1`
 WHERE app = $1 AND kind = $2 AND name = $3 AND version = $4`
 	definitionInsertSQL = `INSERT INTO idem_definitions (app, kind, name, version, body, created_at)
 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`
+	definitionsLatestSQL = `SELECT DISTINCT ON (app, name) app, name, version, body, created_at FROM idem_definitions
+WHERE kind = $1 ORDER BY app, name, version DESC`
 )
+
+// LatestDefinitions implements store.DefinitionStore.
+func (s *Store) LatestDefinitions(ctx context.Context, kind string) ([]store.Definition, error) {
+	if err := checkText(map[string]string{"kind": kind}); err != nil {
+		return nil, fmt.Errorf("idem/pgstore: latest definitions: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, definitionsLatestSQL, kind)
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: latest definitions: %w", interpretError(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Definition, error) {
+		d := store.Definition{DefinitionKey: store.DefinitionKey{Kind: kind}}
+		err := r.Scan(&d.App, &d.Name, &d.Version, &d.Body, &d.CreatedAt)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: latest definitions: %w", interpretError(err))
+	}
+	if out == nil {
+		out = []store.Definition{}
+	}
+	return out, nil
+}
 
 // putAttempts bounds PutDefinition's tries: each lost race means another
 // put of the key committed, so n concurrent puts need at most n.

@@ -20,7 +20,33 @@ WHERE app = :app AND kind = :kind AND name = :name ORDER BY version DESC LIMIT 1
 WHERE app = :app AND kind = :kind AND name = :name AND version = :version`
 	definitionInsertSQL = `INSERT INTO idem_definitions (app, kind, name, version, body, created_at)
 VALUES (:app, :kind, :name, :version, :body, :created_at)`
+	definitionsLatestSQL = `SELECT d.app, d.name, d.version, d.body, d.created_at FROM idem_definitions d
+WHERE d.kind = :kind AND d.version = (SELECT max(version) FROM idem_definitions m WHERE m.app = d.app AND m.kind = d.kind AND m.name = d.name)
+ORDER BY d.app, d.name`
 )
+
+// LatestDefinitions implements store.DefinitionStore.
+func (s *Store) LatestDefinitions(ctx context.Context, kind string) ([]store.Definition, error) {
+	rows, err := s.db.QueryContext(ctx, definitionsLatestSQL, sql.Named("kind", kind))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: latest definitions: %w", interpretError(err))
+	}
+	defer rows.Close()
+	out := []store.Definition{}
+	for rows.Next() {
+		d := store.Definition{DefinitionKey: store.DefinitionKey{Kind: kind}}
+		var at int64
+		if err := rows.Scan(&d.App, &d.Name, &d.Version, &d.Body, &at); err != nil {
+			return nil, fmt.Errorf("sqlitestore: latest definitions: %w", interpretError(err))
+		}
+		d.CreatedAt = fromMicros(at)
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: latest definitions: %w", interpretError(err))
+	}
+	return out, nil
+}
 
 func definitionArgs(k store.DefinitionKey) []any {
 	return []any{sql.Named("app", k.App), sql.Named("kind", k.Kind), sql.Named("name", k.Name)}

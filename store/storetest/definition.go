@@ -85,6 +85,31 @@ func exerciseDefinitions[TX any](t *testing.T, open Open[TX]) {
 		}
 	})
 
+	t.Run("LatestOfEachByApplicationAndName", func(t *testing.T) {
+		t.Parallel()
+		s, _ := OpenAs[store.DefinitionStore](t, open, nil)
+		if ds, err := s.LatestDefinitions(ctx, "workflow"); err != nil || len(ds) != 0 {
+			t.Fatalf("none stored: %v %v", ds, err)
+		}
+		put(t, s, checkout, `{"v":1}`)
+		put(t, s, checkout, `{"v":2}`)
+		put(t, s, store.DefinitionKey{App: "shop", Kind: "workflow", Name: "billing"}, `{"b":1}`)
+		put(t, s, store.DefinitionKey{App: "other", Kind: "workflow", Name: "checkout"}, `{"o":1}`)
+		put(t, s, store.DefinitionKey{App: "shop", Kind: "connection", Name: "payments"}, `{"c":1}`)
+		ds, err := s.LatestDefinitions(ctx, "workflow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range ds {
+			got = append(got, fmt.Sprintf("%s/%s/%s v%d %s", d.App, d.Kind, d.Name, d.Version, d.Body))
+		}
+		want := []string{`other/workflow/checkout v1 {"o":1}`, `shop/workflow/billing v1 {"b":1}`, `shop/workflow/checkout v2 {"v":2}`}
+		if !slices.Equal(got, want) {
+			t.Fatalf("latest %v, want %v", got, want)
+		}
+	})
+
 	t.Run("ConcurrentPutsGetDistinctVersions", func(t *testing.T) {
 		t.Parallel()
 		s, _ := OpenAs[store.DefinitionStore](t, open, nil)
