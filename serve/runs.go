@@ -117,40 +117,73 @@ func (srv *Server[TX]) start(w http.ResponseWriter, r *http.Request, test bool) 
 		srv.failed(w, r, err)
 		return
 	}
-	first, err := firstStep(r.Context(), wf, payload, srv.caller(app))
-	if _, down := errors.AsType[storeError](err); down {
+	e, outcome, err := srv.fire(r.Context(), app, name, wf, version, payload, q.Get("clientIdempotencyId"), !test, false)
+	switch {
+	case isStoreError(err):
 		srv.unavailable(w, r, err)
-		return
-	}
-	if err != nil {
+	case errors.Is(err, ErrTriggerInvalid):
 		srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
-		return
+	case err != nil:
+		srv.failed(w, r, err)
+	case outcome == fireReused:
+		srv.problem(w, problem.SlugKeyReused, http.StatusUnprocessableEntity,
+			"this trigger's identity names an execution of another payload")
+	case outcome == fireMerged:
+		w.Header().Set("Idempotent-Replayed", "true")
+		reply(w, http.StatusOK, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
+	default:
+		reply(w, http.StatusCreated, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
+	}
+}
+
+// fireOutcome is what a trigger did.
+type fireOutcome int
+
+const (
+	fireCreated fireOutcome = iota // a new run
+	fireMerged                     // the run its identity names, as it is
+	fireReused                     // refused: its identity names a run of another payload
+)
+
+// fire triggers a run of the application's workflow name at version with
+// payload: with identity (clientID, else the ENTRY_POINT's fields, else
+// the payload), taken by the trigger record's unique key in the
+// transaction that creates the run; without, a new run (a test run). once
+// makes a finished run's identity never reused within its window (a
+// schedule's tick: fired again, it is the same run however it ended).
+// Errors: ErrTriggerInvalid (wrapping why) for a payload the workflow
+// cannot run, storeError when the store failed meanwhile.
+func (srv *Server[TX]) fire(ctx context.Context, app, name string, wf *workflow.Workflow, version int, payload []byte, clientID string,
+	identity, once bool) (store.Execution, fireOutcome, error) {
+	first, err := firstStep(ctx, wf, payload, srv.caller(app))
+	switch {
+	case isStoreError(err):
+		return store.Execution{}, 0, err
+	case err != nil:
+		return store.Execution{}, 0, fmt.Errorf("%w: %w", ErrTriggerInvalid, err)
 	}
 	nt := execution.NewTask{Type: workflowType, Input: payload, Workflow: name, Version: version, Step: first}
-	if test {
-		var e store.Execution
-		err := srv.inTx(r.Context(), func(ctx context.Context, tx TX) error {
+	var e store.Execution
+	if !identity {
+		err := srv.inTx(ctx, func(ctx context.Context, tx TX) error {
 			var err error
 			_, e, err = srv.en.CreateTx(ctx, tx, app, nt)
 			return err
 		})
-		if err != nil {
-			srv.failed(w, r, err)
-			return
-		}
-		reply(w, http.StatusCreated, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
-		return
+		return e, fireCreated, err
 	}
-	id, err := wf.Identity(app, name, payload, q.Get("clientIdempotencyId"))
+	id, err := wf.Identity(app, name, payload, clientID)
 	if err != nil {
-		srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
-		return
+		return store.Execution{}, 0, fmt.Errorf("%w: %w", ErrTriggerInvalid, err)
 	}
 	nt.ExternalRef = hex.EncodeToString(id.Key[:]) // for a start over, which moves the identity on
-	var e store.Execution
-	var merged, reused bool
-	err = srv.inTx(r.Context(), func(ctx context.Context, tx TX) error {
-		merged, reused = false, false
+	reuse := wf.Reuse()
+	if once {
+		reuse = workflow.RejectDuplicate
+	}
+	var outcome fireOutcome
+	err = srv.inTx(ctx, func(ctx context.Context, tx TX) error {
+		outcome = fireCreated
 		now := srv.cfg.Now()
 		t := store.Trigger{App: app, Workflow: name, Key: id.Key[:], Fingerprint: id.Fingerprint[:], ExecutionID: runID(id.Key, 1),
 			Generation: 1, CreatedAt: now, ExpiresAt: now.Add(wf.Window())}
@@ -164,11 +197,11 @@ func (srv *Server[TX]) start(w http.ResponseWriter, r *http.Request, test bool) 
 			}
 			within, live := now.Before(cur.ExpiresAt), !execution.Status(e.Status).Terminal()
 			if (within || live) && !bytes.Equal(cur.Fingerprint, t.Fingerprint) {
-				reused = true
+				outcome = fireReused
 				return nil
 			}
-			if live || (within && !reusable(wf.Reuse(), execution.Status(e.Status))) {
-				merged = true
+			if live || (within && !reusable(reuse, execution.Status(e.Status))) {
+				outcome = fireMerged
 				return nil
 			}
 			// A new window, or a reuse after a finished execution.
@@ -185,18 +218,7 @@ func (srv *Server[TX]) start(w http.ResponseWriter, r *http.Request, test bool) 
 		_, e, err = srv.en.CreateTx(ctx, tx, app, nt)
 		return err
 	})
-	switch {
-	case err != nil:
-		srv.failed(w, r, err)
-	case reused:
-		srv.problem(w, problem.SlugKeyReused, http.StatusUnprocessableEntity,
-			"this trigger's identity ("+id.Source+") names an execution of another payload")
-	case merged:
-		w.Header().Set("Idempotent-Replayed", "true")
-		reply(w, http.StatusOK, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
-	default:
-		reply(w, http.StatusCreated, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
-	}
+	return e, outcome, err
 }
 
 // reusable says whether, under policy p, a trigger within the window of
@@ -322,6 +344,8 @@ type storeError struct{ error }
 func (e storeError) Unwrap() error { return e.error }
 
 func isStoreError(err error) bool { _, ok := errors.AsType[storeError](err); return ok }
+
+func isTriggerInvalid(err error) bool { return errors.Is(err, ErrTriggerInvalid) }
 
 // connection reads the application's connection name, as it is now.
 func (srv *Server[TX]) connection(ctx context.Context, app, name string) (*workflow.Connection, error) {

@@ -80,6 +80,9 @@ type Config struct {
 	// WorkflowConcurrency is how many workflow steps RunWorkflows runs at
 	// once. Defaults to DefaultWorkflowConcurrency.
 	WorkflowConcurrency int
+	// ScheduleInterval is how often RunSchedules looks for ticks that came
+	// due. Defaults to DefaultScheduleInterval.
+	ScheduleInterval time.Duration
 	// WorkflowLease is a workflow step's lease: its runner extends it
 	// every third of it, and when the runner's process dies, another
 	// takes the step over after it. Defaults to DefaultWorkflowLease.
@@ -103,6 +106,7 @@ const (
 	// targets, so many run at once.
 	DefaultWorkflowConcurrency = 16
 	DefaultWorkflowLease       = 30 * time.Second
+	DefaultScheduleInterval    = time.Second
 	maxWait                    = 30 * time.Second
 	// eventPoll is how often a live event stream looks for new events.
 	eventPoll = 200 * time.Millisecond
@@ -142,6 +146,12 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 	}
 	if c.WorkflowLease == 0 {
 		c.WorkflowLease = DefaultWorkflowLease
+	}
+	if c.ScheduleInterval < 0 {
+		return nil, fmt.Errorf("%w: negative ScheduleInterval", ErrBadConfig)
+	}
+	if c.ScheduleInterval == 0 {
+		c.ScheduleInterval = DefaultScheduleInterval
 	}
 	if c.WorkflowConcurrency == 0 {
 		c.WorkflowConcurrency = DefaultWorkflowConcurrency

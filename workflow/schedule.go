@@ -112,4 +112,3 @@ func (c *compiler) schedule(at string, raw json.RawMessage) *Schedule {
 	}
 	return s
 }
-

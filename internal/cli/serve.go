@@ -209,6 +209,7 @@ func serveOn[TX any](ctx context.Context, s serve.Store[TX], desc string, types 
 	wg.Go(func() { _ = srv.RunWakeups(bg) })
 	wg.Go(func() { _ = srv.RunRelay(bg) })
 	wg.Go(func() { _ = srv.RunWorkflows(bg) })
+	wg.Go(func() { _ = srv.RunSchedules(bg) })
 	wg.Go(func() { _ = key.RunSweeper(bg, s, &key.SweeperConfig{Logger: logger}) })
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "serve listening on %s\n", url)
