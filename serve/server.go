@@ -249,6 +249,8 @@ func (srv *Server[TX]) routes() {
 	app("POST /v1/workflows/{name}/test-run", srv.testRun)
 	app("POST /v1/executions/{id}/retry", srv.retry)
 	keyedApp("POST /v1/executions/{id}/start-over", srv.startOver)
+	// A workflow's webhook is signed by its sender: no token.
+	srv.mux.HandleFunc("POST /v1/hooks/{app}/{name}", srv.hook)
 	worker := func(pattern string, h http.HandlerFunc) { srv.mux.Handle(pattern, srv.asWorker(h)) }
 	worker("POST /v1/worker/claim", srv.claim)
 	worker("POST /v1/worker/steps/{id}/heartbeat", srv.heartbeat)

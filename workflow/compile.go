@@ -46,6 +46,7 @@ type Workflow struct {
 	window   time.Duration
 	reuse    Reuse
 	schedule *Schedule
+	webhook  *Webhook
 }
 
 // Reuse is what a trigger whose identity named an execution that finished
@@ -302,7 +303,10 @@ func (c *compiler) config(at string, raw json.RawMessage) (map[string]json.RawMe
 }
 
 func (c *compiler) entry(at string, cfg map[string]json.RawMessage, st *step) {
-	c.probs.unknown(at+"/config", cfg, "idempotencyFields", "idempotencyWindow", "reusePolicy", "schedule")
+	c.probs.unknown(at+"/config", cfg, "idempotencyFields", "idempotencyWindow", "reusePolicy", "schedule", "webhook")
+	if raw, ok := cfg["webhook"]; ok {
+		c.w.webhook = c.webhookConfig(at+"/config/webhook", raw)
+	}
 	if raw, ok := cfg["schedule"]; ok {
 		c.w.schedule = c.schedule(at+"/config/schedule", raw)
 	}

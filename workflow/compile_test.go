@@ -91,6 +91,12 @@ func TestInvalidDefinitions(t *testing.T) {
 		edit               func(d map[string]any)
 	}{
 		{"UnknownVertexType", "/vertices/1/type", `unknown vertex type "LAMBDA"`, func(d map[string]any) { vertex(d, 1)["type"] = "LAMBDA" }},
+		{"WebhookSecretUndefined", "/vertices/0/config/webhook/secrets/0", `no secret "HOOK"`, func(d map[string]any) {
+			config(d, 0)["webhook"] = map[string]any{"scheme": "standard", "secrets": []any{"HOOK"}}
+		}},
+		{"WebhookScheme", "/vertices/0/config/webhook/scheme", `"hmac"`, func(d map[string]any) {
+			config(d, 0)["webhook"] = map[string]any{"scheme": "hmac", "secrets": []any{"PAYMENTS_KEY"}}
+		}},
 		{"BadCron", "/vertices/0/config/schedule/cron", `"every hour"`, func(d map[string]any) { config(d, 0)["schedule"] = map[string]any{"cron": "every hour"} }},
 		{"BadCatchUp", "/vertices/0/config/schedule/catchUp", `"some"`, func(d map[string]any) {
 			config(d, 0)["schedule"] = map[string]any{"cron": "@hourly", "catchUp": "some"}
