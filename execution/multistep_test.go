@@ -372,3 +372,31 @@ func TestRetryAfterSetsTheWait(t *testing.T) {
 		t.Fatalf("step %+v, want DISPATCHED and due in 7s", sts)
 	}
 }
+
+// The in-process worker settles from what its claim read: a cancel asked
+// while the step ran still stops the run there.
+func TestMultiStepWorkerStopsAtACancel(t *testing.T) {
+	f := newFlow(t)
+	e := f.start()
+	w, err := f.en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
+		"flow": func(ctx context.Context, job execution.Job) (execution.Result[*memstore.Tx], error) {
+			err := f.tx(func(ctx context.Context, tx *memstore.Tx) error {
+				_, err := f.en.CancelTx(ctx, tx, "app", job.Execution.ID)
+				return err
+			})
+			return execution.Result[*memstore.Tx]{Output: json.RawMessage(`1`)}, err
+		},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.execution(e.ID); got.Status != store.ExecutionCanceled {
+		t.Fatalf("execution %+v, want CANCELED", got)
+	}
+	if want := []string{"a COMPLETED a-o-1"}; !slices.Equal(f.steps(e.ID), want) {
+		t.Fatalf("steps %v, want %v: b must not start", f.steps(e.ID), want)
+	}
+}

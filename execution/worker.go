@@ -300,9 +300,14 @@ func (en *Engine[TX]) completeClaimedTx(ctx context.Context, tx TX, c Claimed, o
 		if _, err := en.succeed(ctx, tx, c.Task, c.Execution, output); !errors.Is(err, ErrIllegalTransition) {
 			return err
 		}
+	} else if !st.CancelRequested {
+		// A multi-step execution goes on without a transition that would
+		// catch a change of it; but every change that stops it (a cancel,
+		// a timeout) marks its running step, whose fenced update would
+		// then have said so: unmarked, it is as the claim read it.
+		_, err := en.stepDone(ctx, tx, c.Task, c.Execution, st)
+		return err
 	}
-	// A multi-step execution goes on without a transition to catch a
-	// change with, so it is read again, as one that changed is.
 	task, e, err := en.owners(ctx, tx, st)
 	if err != nil {
 		return err
