@@ -155,6 +155,9 @@ const (
 // cannot run, storeError when the store failed meanwhile.
 func (srv *Server[TX]) fire(ctx context.Context, app, name string, wf *workflow.Workflow, version int, payload []byte, clientID string,
 	identity, once bool) (store.Execution, fireOutcome, error) {
+	if err := wf.CheckPayload(payload); err != nil {
+		return store.Execution{}, 0, fmt.Errorf("%w: %w", ErrTriggerInvalid, err)
+	}
 	first, err := firstStep(ctx, wf, payload, srv.caller(app))
 	switch {
 	case isStoreError(err):

@@ -248,3 +248,58 @@ func (c *clock) Advance(d time.Duration) {
 	defer c.mu.Unlock()
 	c.offset += d
 }
+
+// A payload that does not match the ENTRY_POINT's inputSchema starts no
+// run: 422, saying where.
+func TestTriggerInputSchema(t *testing.T) {
+	t.Parallel()
+	e := start(t, openSQLite)
+	e.putWorkflow("checkout", checkoutFlow("https://pay.example", "https://ship.example",
+		`{"idempotencyFields": "order.id", "inputSchema": {"type": "object", "required": ["order"],
+		  "properties": {"order": {"type": "object", "required": ["id", "amount"], "properties": {"amount": {"type": "integer", "minimum": 1}}}}}}`))
+	bad := e.call("tok-orders", "POST", "/v1/workflows/checkout/trigger", "", `{"order": {"id": "o-1", "amount": -5}}`)
+	e.want(bad, 422, "trigger-invalid")
+	if !strings.Contains(bad.str("detail"), "/order/amount") {
+		t.Fatalf("detail %q, want the field's path", bad.str("detail"))
+	}
+	e.want(e.call("tok-orders", "POST", "/v1/workflows/checkout/test-run", "", `{"order": {"id": "o-1"}}`), 422, "trigger-invalid")
+	e.want(e.call("tok-orders", "POST", "/v1/workflows/checkout/trigger", "", `{"order": {"id": "o-1", "amount": 5}}`), 201, "")
+}
+
+// Read-Verify-Write composed from steps, as the design notes draw it: a
+// GET gateway whose 404 is data (clientErrorMode: complete), a condition
+// on the edges, and the POST only when the read found nothing. A second
+// run of the same order reads the shipment and ends without writing.
+func TestReadVerifyWriteComposed(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, start func(cfg *serve.Config) *env) {
+		ship, shipURL := newShipping(t)
+		e := start(&serve.Config{})
+		e.putWorkflow("ship", `{"vertices": [
+  {"id": "start", "type": "ENTRY_POINT", "config": {"idempotencyFields": "order.id", "reusePolicy": "ALLOW_DUPLICATE"}},
+  {"id": "check", "type": "GATEWAY", "config": {"method": "GET", "url": "= '`+shipURL+`/shipments/' & payload.order.id", "clientErrorMode": "complete"}},
+  {"id": "create", "type": "GATEWAY", "config": {"method": "POST", "url": "`+shipURL+`/shipments", "body": {"order": "= payload.order.id"}}},
+  {"id": "done", "type": "END"}],
+ "edges": [
+  {"from": "start", "to": "check"},
+  {"from": "check", "to": "done", "condition": "= steps.check.status = 200"},
+  {"from": "check", "to": "create"},
+  {"from": "create", "to": "done"}]}`)
+		for i, want := range [][]string{
+			{"check COMPLETED ", "create COMPLETED "},
+			{"check COMPLETED "},
+		} {
+			a := e.call("tok-orders", "POST", "/v1/workflows/ship/trigger", "", `{"order": {"id": "o-1"}}`)
+			e.want(a, 201, "")
+			if end := e.settled("tok-orders", a.str("execution", "id")); end.str("status") != "SUCCEEDED" {
+				t.Fatalf("run %d: %s", i+1, end.raw)
+			}
+			if got := e.steps("tok-orders", a.str("execution", "id")); !slices.Equal(got, want) {
+				t.Fatalf("run %d's steps %v, want %v", i+1, got, want)
+			}
+		}
+		if orders, shipments, posts := ship.count(); orders != 1 || shipments != 1 || posts != 1 {
+			t.Fatalf("shipping: %d orders, %d shipments, %d posts; want one each", orders, shipments, posts)
+		}
+	})
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
 	"github.com/idemhq/idem/keytemplate"
 )
 
@@ -47,6 +49,7 @@ type Workflow struct {
 	reuse    Reuse
 	schedule *Schedule
 	webhook  *Webhook
+	input    *jsonschema.Schema // the ENTRY_POINT's inputSchema
 }
 
 // Reuse is what a trigger whose identity named an execution that finished
@@ -303,7 +306,10 @@ func (c *compiler) config(at string, raw json.RawMessage) (map[string]json.RawMe
 }
 
 func (c *compiler) entry(at string, cfg map[string]json.RawMessage, st *step) {
-	c.probs.unknown(at+"/config", cfg, "idempotencyFields", "idempotencyWindow", "reusePolicy", "schedule", "webhook")
+	c.probs.unknown(at+"/config", cfg, "idempotencyFields", "idempotencyWindow", "reusePolicy", "schedule", "webhook", "inputSchema")
+	if raw, ok := cfg["inputSchema"]; ok {
+		c.w.input = c.inputSchema(at+"/config/inputSchema", raw)
+	}
 	if raw, ok := cfg["webhook"]; ok {
 		c.w.webhook = c.webhookConfig(at+"/config/webhook", raw)
 	}

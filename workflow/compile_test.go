@@ -97,6 +97,12 @@ func TestInvalidDefinitions(t *testing.T) {
 		{"WebhookScheme", "/vertices/0/config/webhook/scheme", `"hmac"`, func(d map[string]any) {
 			config(d, 0)["webhook"] = map[string]any{"scheme": "hmac", "secrets": []any{"PAYMENTS_KEY"}}
 		}},
+		{"BadInputSchema", "/vertices/0/config/inputSchema", "not a valid JSON Schema", func(d map[string]any) {
+			config(d, 0)["inputSchema"] = map[string]any{"type": "strng"}
+		}},
+		{"InputSchemaReadsAFile", "/vertices/0/config/inputSchema", "refers to nothing outside itself", func(d map[string]any) {
+			config(d, 0)["inputSchema"] = map[string]any{"$ref": "file:///etc/passwd"}
+		}},
 		{"BadCron", "/vertices/0/config/schedule/cron", `"every hour"`, func(d map[string]any) { config(d, 0)["schedule"] = map[string]any{"cron": "every hour"} }},
 		{"BadCatchUp", "/vertices/0/config/schedule/catchUp", `"some"`, func(d map[string]any) {
 			config(d, 0)["schedule"] = map[string]any{"cron": "@hourly", "catchUp": "some"}

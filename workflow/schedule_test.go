@@ -1,6 +1,8 @@
 package workflow_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,5 +39,33 @@ func TestSchedule(t *testing.T) {
 	w, _, _, _ = workflow.Load(mustJSON(t, checkout()), nil)
 	if w.Schedule() != nil {
 		t.Fatal("a schedule where none was written")
+	}
+}
+
+// A payload is checked against the ENTRY_POINT's inputSchema, and the
+// error says where it does not fit.
+func TestInputSchema(t *testing.T) {
+	d := checkout()
+	config(d, 0)["inputSchema"] = map[string]any{
+		"type":     "object",
+		"required": []any{"order"},
+		"properties": map[string]any{"order": map[string]any{
+			"type": "object", "required": []any{"id", "amount"},
+			"properties": map[string]any{"id": map[string]any{"type": "string"}, "amount": map[string]any{"type": "integer", "minimum": 1}},
+		}},
+	}
+	w, _, _, err := workflow.Load(mustJSON(t, d), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CheckPayload([]byte(`{"order": {"id": "o-1", "amount": 5}}`)); err != nil {
+		t.Fatalf("a payload that fits: %v", err)
+	}
+	err = w.CheckPayload([]byte(`{"order": {"id": "o-1", "amount": 0}}`))
+	if !errors.Is(err, workflow.ErrBadPayload) || !strings.Contains(err.Error(), "/order/amount") {
+		t.Fatalf("an amount of 0: %v", err)
+	}
+	if err := w.CheckPayload([]byte(`[]`)); !errors.Is(err, workflow.ErrBadPayload) {
+		t.Fatalf("an array: %v", err)
 	}
 }
