@@ -23,8 +23,9 @@ type flow struct {
 	s     *memstore.Executions
 	en    *execution.Engine[*memstore.Tx]
 	clock *testclock.Clock
-	// broken makes Next fail after the step of that name.
-	broken string
+	// broken makes Next fail after the step of that name; once makes the
+	// step of that name once-only.
+	broken, once string
 }
 
 var flowOrder = []string{"a", "b", "c"}
@@ -67,7 +68,7 @@ func (f *flow) next(ctx context.Context, c execution.Continuation) (*execution.S
 func (f *flow) spec(task store.Task, name string) *execution.StepSpec {
 	var in struct{ Order string }
 	_ = json.Unmarshal(task.Input, &in)
-	return &execution.StepSpec{Name: name, IdempotencyKey: name + "-" + in.Order}
+	return &execution.StepSpec{Name: name, IdempotencyKey: name + "-" + in.Order, Once: name == f.once}
 }
 
 func (f *flow) tx(fn func(ctx context.Context, tx *memstore.Tx) error) error {
@@ -398,5 +399,43 @@ func TestMultiStepWorkerStopsAtACancel(t *testing.T) {
 	}
 	if want := []string{"a COMPLETED a-o-1"}; !slices.Equal(f.steps(e.ID), want) {
 		t.Fatalf("steps %v, want %v: b must not start", f.steps(e.ID), want)
+	}
+}
+
+// A once-only step whose runner died waits as OUTCOME_UNKNOWN; an
+// operator's Retry runs it again, the same step with the same key.
+func TestMultiStepRetryResolvesAnUnknownOutcome(t *testing.T) {
+	f := newFlow(t)
+	f.once = "b" // it sends no key and verifies nothing
+	e := f.start()
+	a, _ := f.claim("w1")
+	if err := f.complete(a, `1`); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := f.claim("w1")
+	if !b.Step.Once {
+		t.Fatalf("b %+v, want once-only", b.Step)
+	}
+	f.clock.Advance(11 * time.Second)
+	if _, err := f.en.Expire(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a COMPLETED a-o-1", "b OUTCOME_UNKNOWN b-o-1"}; !slices.Equal(f.steps(e.ID), want) {
+		t.Fatalf("steps %v, want %v", f.steps(e.ID), want)
+	}
+	if _, ok := f.claim("w2"); ok {
+		t.Fatal("an OUTCOME_UNKNOWN step was claimed without an operator")
+	}
+	var got store.Execution
+	if err := f.tx(func(ctx context.Context, tx *memstore.Tx) error {
+		var err error
+		got, err = f.en.RetryTx(ctx, tx, "app", e.ID)
+		return err
+	}); err != nil || got.Status != store.ExecutionQueued {
+		t.Fatalf("retry: %+v %v", got, err)
+	}
+	b2, ok := f.claim("w2")
+	if !ok || b2.Step.ID != b.Step.ID || b2.Step.Epoch != b.Step.Epoch+1 || b2.Step.IdempotencyKey != "b-o-1" {
+		t.Fatalf("after the retry: %+v %v, want b again with the next epoch and its key", b2.Step, ok)
 	}
 }
