@@ -83,6 +83,8 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newOutboxCmd())
 	root.AddCommand(newWorkflowCmd())
 	root.AddCommand(newExecutionCmd())
+	root.AddCommand(newConnectionCmd())
+	root.AddCommand(newSecretCmd())
 	root.AddCommand(newTemplateCmd())
 	return root
 }

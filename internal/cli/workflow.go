@@ -77,6 +77,23 @@ Exit codes: 0 the definition is valid, 1 it is not, 2 usage (no such file).`,
 // an invalid definition prints its problems on stdout, one a line, and
 // fails.
 func loadDefinition(cmd *cobra.Command, file string, secrets, connections []string) (*workflow.Workflow, []byte, []workflow.Problem, error) {
+	data, err := readFile(cmd, file)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	opts := &workflow.Options{}
+	if len(secrets) > 0 || len(connections) > 0 {
+		opts.Secrets, opts.Connections = append([]string{}, secrets...), append([]string{}, connections...)
+	}
+	w, def, warns, err := workflow.Load(data, opts)
+	if err := printProblems(cmd, file, err); err != nil {
+		return nil, nil, nil, err
+	}
+	return w, def, warns, nil
+}
+
+// readFile reads FILE, or stdin for -.
+func readFile(cmd *cobra.Command, file string) ([]byte, error) {
 	var data []byte
 	var err error
 	if file == "-" {
@@ -85,32 +102,40 @@ func loadDefinition(cmd *cobra.Command, file string, secrets, connections []stri
 		data, err = os.ReadFile(file)
 	}
 	if err != nil {
-		return nil, nil, nil, usagef("%v", err)
+		return nil, usagef("%v", err)
 	}
-	opts := &workflow.Options{}
-	if len(secrets) > 0 || len(connections) > 0 {
-		opts.Secrets, opts.Connections = append([]string{}, secrets...), append([]string{}, connections...)
-	}
-	w, def, warns, err := workflow.Load(data, opts)
+	return data, nil
+}
+
+// printProblems prints an invalid definition's problems on stdout, one a
+// line, and returns the error that fails the command (err itself when it
+// is no *InvalidError).
+func printProblems(cmd *cobra.Command, file string, err error) error {
 	if inv, ok := errors.AsType[*workflow.InvalidError](err); ok {
 		for _, p := range inv.Problems {
 			fmt.Fprintln(cmd.OutOrStdout(), p)
 		}
-		return nil, nil, nil, fmt.Errorf("%s: %d problems", file, len(inv.Problems))
+		return fmt.Errorf("%s: %d problems", file, len(inv.Problems))
 	}
-	return w, def, warns, err
+	return err
 }
 
 func newWorkflowApplyCmd() *cobra.Command {
+	return newApplyCmd(workflow.Kind, "workflow", `Check the workflow definition in FILE (JSON or YAML; - for stdin) as idem
+serve does when it is stored (its secrets and connections against the
+application's) and store it in --store as the next version of the
+application's workflow NAME (by default FILE's name without its
+extension), as PUT /v1/workflows/NAME does.`)
+}
+
+// newApplyCmd is `idem workflow apply` and `idem connection apply`.
+func newApplyCmd(kind, what, long string) *cobra.Command {
 	var storeURL, app, name string
 	cmd := &cobra.Command{
 		Use:   "apply FILE --app APP [--name NAME]",
-		Short: "Check a workflow definition and store it as the application's workflow's next version",
-		Long: `Check the workflow definition in FILE (JSON or YAML; - for stdin) as
-validate does and store it in --store as the next version of the
-application's workflow NAME (by default FILE's name without its extension),
-as PUT /v1/workflows/NAME does. Prints {"name", "version", "created"}: created
-is false when the definition equals the latest version (no new version).
+		Short: "Check a " + what + " and store it as the application's " + what + "'s next version",
+		Long: long + ` Prints {"name", "version", "created"}: created is
+false when it equals the latest version (no new version).
 
 Exit codes: 0 stored (or already the latest), 1 invalid or not stored,
 2 usage.`,
@@ -128,9 +153,9 @@ Exit codes: 0 stored (or already the latest), 1 invalid or not stored,
 				return usagef("--app %q: the application's name", app)
 			}
 			if !workflow.ValidName(name) {
-				return usagef("workflow name %q: 1 to 63 lowercase letters, digits, '_' and '-' (--name)", name)
+				return usagef("%s name %q: 1 to 63 lowercase letters, digits, '_' and '-' (--name)", what, name)
 			}
-			_, def, warns, err := loadDefinition(cmd, args[0], nil, nil)
+			data, err := readFile(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -141,13 +166,42 @@ Exit codes: 0 stored (or already the latest), 1 invalid or not stored,
 			defer st.close()
 			apps, okApps := st.Store.(store.AppStore)
 			defs, okDefs := st.Store.(store.DefinitionStore)
-			if !okApps || !okDefs {
+			secrets, okSecrets := st.Store.(store.SecretStore)
+			if !okApps || !okDefs || !okSecrets {
 				return fmt.Errorf("%s keeps no workflows", st.desc)
 			}
-			if _, err := apps.GetApp(cmd.Context(), app); err != nil {
+			ctx := cmd.Context()
+			if _, err := apps.GetApp(ctx, app); err != nil {
 				return fmt.Errorf("application %q: %w", app, err)
 			}
-			d, created, err := defs.PutDefinition(cmd.Context(), store.DefinitionKey{App: app, Kind: workflow.Kind, Name: name}, def, time.Now())
+			// Checked as the service checks them: against the
+			// application's secrets and connections.
+			opts := &workflow.Options{Connections: []string{}}
+			if opts.Secrets, err = secrets.SecretNames(ctx, app); err != nil {
+				return err
+			}
+			var body []byte
+			var warns []workflow.Problem
+			if kind == workflow.Kind {
+				if def, err := workflow.Parse(data); err == nil {
+					for _, c := range def.ConnectionNames() {
+						_, err := defs.GetDefinition(ctx, store.DefinitionKey{App: app, Kind: workflow.ConnectionKind, Name: c}, 0)
+						switch {
+						case err == nil:
+							opts.Connections = append(opts.Connections, c)
+						case !errors.Is(err, store.ErrNotFound):
+							return err
+						}
+					}
+				}
+				_, body, warns, err = workflow.Load(data, opts)
+			} else {
+				_, body, err = workflow.LoadConnection(data, opts)
+			}
+			if err := printProblems(cmd, args[0], err); err != nil {
+				return err
+			}
+			d, created, err := defs.PutDefinition(ctx, store.DefinitionKey{App: app, Kind: kind, Name: name}, body, time.Now())
 			if err != nil {
 				return err
 			}
@@ -158,7 +212,24 @@ Exit codes: 0 stored (or already the latest), 1 invalid or not stored,
 		},
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "sqlite:idem.db", "the service's store: sqlite:PATH or postgres://...")
-	cmd.Flags().StringVar(&app, "app", "", "the application whose workflow it is (required)")
-	cmd.Flags().StringVar(&name, "name", "", "the workflow's name (default: FILE's name without its extension)")
+	cmd.Flags().StringVar(&app, "app", "", "the application whose "+what+" it is (required)")
+	cmd.Flags().StringVar(&name, "name", "", "the "+what+"'s name (default: FILE's name without its extension)")
+	return cmd
+}
+
+// newConnectionCmd is `idem connection`: connections from a terminal.
+func newConnectionCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "connection",
+		Short: "Store connections (a target's base URL, auth, key template, policy) for workflows' GATEWAY steps",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return usagef("missing subcommand: apply (see idem connection --help)")
+		},
+	}
+	cmd.AddCommand(newApplyCmd(workflow.ConnectionKind, "connection", `Check the connection in FILE (JSON or YAML; - for stdin) as idem serve
+does (its secrets against the application's) and store it in --store as
+the next version of the application's connection NAME (by default FILE's
+name without its extension), as PUT /v1/connections/NAME does.`))
 	return cmd
 }

@@ -79,6 +79,19 @@ func TestWorkflowApply(t *testing.T) {
 	apply := func(args ...string) (int, string, string) {
 		return runStdin(t, "", append([]string{"workflow", "apply", "--store", db}, args...)...)
 	}
+	// Its secret first: a definition may name only the application's.
+	if code, out, _ := apply(file, "--app", "shop"); code != 1 || !strings.Contains(out, `no secret "PAYMENTS_KEY"`) {
+		t.Fatalf("before its secret is set: %d %s", code, out)
+	}
+	if code, out, errOut := runStdin(t, "sk_test_123\n", "secret", "set", "PAYMENTS_KEY", "--app", "shop", "--store", db); code != 0 || strings.Contains(out, "sk_test") {
+		t.Fatalf("secret set: %d %s %s", code, out, errOut)
+	}
+	if code, out, _ := runStdin(t, "", "secret", "list", "--app", "shop", "--store", db); code != 0 || out != `{"names":["PAYMENTS_KEY"]}`+"\n" {
+		t.Fatalf("secret list: %d %q", code, out)
+	}
+	if code, _, _ := runStdin(t, "", "secret", "set", "PAYMENTS_KEY", "--app", "shop", "--store", db); code != 2 {
+		t.Fatalf("secret set with nothing on stdin: %d", code)
+	}
 	if code, out, errOut := apply(file, "--app", "shop"); code != 0 || !strings.Contains(out, `"created":true`) || !strings.Contains(out, `"name":"checkout"`) || !strings.Contains(out, `"version":1`) {
 		t.Fatalf("first apply: %d %s %s", code, out, errOut)
 	}
@@ -104,5 +117,24 @@ func TestWorkflowApply(t *testing.T) {
 	}
 	if code, _, _ := apply(file); code != 2 {
 		t.Fatalf("no --app: %d", code)
+	}
+	// A connection, and a workflow on it.
+	conn := filepath.Join(dir, "payments.yaml")
+	if err := os.WriteFile(conn, []byte("baseUrl: https://api.payments.example\nauth: {type: bearer, token: '{{ secrets.PAYMENTS_KEY }}'}\nidempotencyKey: '= payload.order.id'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	onConn := filepath.Join(dir, "pay.yaml")
+	if err := os.WriteFile(onConn, []byte(strings.Replace(strings.Replace(checkoutYAML, "url: https://api.payments.example/v1/charges", "connection: payments\n      path: /v1/charges", 1),
+		`        Idempotency-Key: "= 'charge-' & payload.order.id"`+"\n", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := apply(onConn, "--app", "shop"); code != 1 || !strings.Contains(out, `/vertices/1/config/connection: no connection "payments"`) {
+		t.Fatalf("a workflow on a connection not stored: %d %s", code, out)
+	}
+	if code, out, errOut := runStdin(t, "", "connection", "apply", conn, "--app", "shop", "--store", db); code != 0 || !strings.Contains(out, `"name":"payments"`) {
+		t.Fatalf("connection apply: %d %s %s", code, out, errOut)
+	}
+	if code, out, errOut := apply(onConn, "--app", "shop"); code != 0 || !strings.Contains(out, `"name":"pay"`) {
+		t.Fatalf("a workflow on a stored connection: %d %s %s", code, out, errOut)
 	}
 }
