@@ -54,8 +54,8 @@ func BenchmarkMiddleware(b *testing.B) {
 					benchHandler.ServeHTTP(httptest.NewRecorder(), benchRequest("k"))
 				}
 			})
-			newHandler := func(b *testing.B) http.Handler {
-				g, err := key.New(sc.open(b), nil)
+			newHandler := func(b *testing.B, cfg ...*key.Config) http.Handler {
+				g, err := key.New(sc.open(b), append(cfg, nil)[0])
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -78,18 +78,25 @@ func BenchmarkMiddleware(b *testing.B) {
 					}
 				}
 			})
-			b.Run("Replay", func(b *testing.B) {
-				h := newHandler(b)
-				h.ServeHTTP(httptest.NewRecorder(), benchRequest("k"))
-				b.ReportAllocs()
-				for b.Loop() {
-					rec := httptest.NewRecorder()
-					h.ServeHTTP(rec, benchRequest("k"))
-					if rec.Header().Get(httpidem.HeaderReplayed) != "true" {
-						b.Fatalf("not replayed: %d", rec.Code)
+			// Replay answers from the guard's replay cache; ReplayFromStore
+			// with it off, from the store.
+			for _, rc := range []struct {
+				name string
+				cfg  *key.Config
+			}{{"Replay", nil}, {"ReplayFromStore", &key.Config{ReplayCacheBytes: -1}}} {
+				b.Run(rc.name, func(b *testing.B) {
+					h := newHandler(b, rc.cfg)
+					h.ServeHTTP(httptest.NewRecorder(), benchRequest("k"))
+					b.ReportAllocs()
+					for b.Loop() {
+						rec := httptest.NewRecorder()
+						h.ServeHTTP(rec, benchRequest("k"))
+						if rec.Header().Get(httpidem.HeaderReplayed) != "true" {
+							b.Fatalf("not replayed: %d", rec.Code)
+						}
 					}
-				}
-			})
+				})
+			}
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/idemhq/idem/store"
 )
@@ -82,8 +83,10 @@ func (c *Claim) Complete(ctx context.Context, resp []byte) (Result, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	p := store.CompleteParams{Fence: c.c.fence, Response: resp, Retention: g.cfg.Retention}
+	t0 := time.Now()
 	err := g.store.Complete(ctx, p)
 	if err == nil {
+		g.completed(c.c, resp, t0)
 		g.local.drop(c.c)
 		return res, nil
 	}
@@ -102,6 +105,15 @@ func (c *Claim) Complete(ctx context.Context, resp []byte) (Result, error) {
 	// keep trying, so that the first write after recovery records it.
 	g.keepRecording(c.c, "complete", func(ctx context.Context) error { return g.store.Complete(ctx, p) }, g.cfg.Lease)
 	return res, fmt.Errorf("%w (%w)", err, ErrRecording)
+}
+
+// completed caches the response c's completion recorded, the store having
+// decided after t0: it expires, on this process's clock, no later than
+// the record.
+func (g *Guard) completed(c *claim, resp []byte, t0 time.Time) {
+	if c.held != nil {
+		g.replays.put(c.fence.Key, c.held.fingerprint, resp, c.fence.Epoch, t0.Add(g.cfg.Retention))
+	}
 }
 
 // Fail settles the claim of an operation that failed with err, and
@@ -200,6 +212,7 @@ func (c *TxClaim[TX]) Commit(ctx context.Context, tx TX, resp []byte) (Result, e
 	p := store.CompleteParams{Fence: c.c.fence, Response: resp, Retention: g.cfg.Retention}
 	// The heartbeat stops only after the commit: the transaction is bound
 	// to the claim's context, which stopping it cancels.
+	t0 := time.Now()
 	err := c.ts.CompleteTx(c.ctx, tx, p)
 	if err != nil {
 		_ = c.ts.RollbackTx(ctx, tx)
@@ -214,6 +227,7 @@ func (c *TxClaim[TX]) Commit(ctx context.Context, tx TX, resp []byte) (Result, e
 	defer g.local.drop(c.c)
 	switch {
 	case err == nil:
+		g.completed(c.c, resp, t0)
 		return res, nil
 	case errors.Is(err, store.ErrFenced):
 		return res, fmt.Errorf("complete: %w", ErrFenced)

@@ -58,6 +58,14 @@ type Config struct {
 	// replay, never a second run. At most Retention. Defaults to
 	// DefaultRecordTimeout (1h), or Retention if shorter.
 	RecordTimeout time.Duration
+	// ReplayCacheBytes bounds an in-process cache of completed responses
+	// that answers replays without a store round trip. A completed record
+	// never changes until it expires, and a cached copy expires before it
+	// does; a copy is served only to the same principal, operation, key and
+	// fingerprint (another fingerprint asks the store, which answers the
+	// conflict). Defaults to DefaultReplayCacheBytes (16 MiB); negative
+	// turns it off.
+	ReplayCacheBytes int64
 	// Logger receives warnings about writes that failed after the operation
 	// ran. Defaults to a logger that discards everything.
 	Logger *slog.Logger
@@ -85,6 +93,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.ReplayCacheBytes == 0 {
+		out.ReplayCacheBytes = DefaultReplayCacheBytes
 	}
 	return out
 }
@@ -126,6 +137,8 @@ type Guard struct {
 	// local holds the keys this process holds: operations running, and
 	// outcomes waiting to be recorded (see record.go).
 	local localClaims
+	// replays caches completed responses (nil when off).
+	replays *replayCache
 }
 
 // New returns a guard over s.
@@ -134,7 +147,7 @@ func New(s store.Store, cfg *Config) (*Guard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Guard{store: s, cfg: c}, nil
+	return &Guard{store: s, cfg: c, replays: newReplayCache(c.ReplayCacheBytes)}, nil
 }
 
 // claim is a granted claim.
@@ -194,6 +207,10 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 		Lease:       g.cfg.Lease,
 		Retention:   g.cfg.Retention,
 	}
+	t0 := time.Now()
+	if e, ok := g.replays.get(p.Key, req.Fingerprint, t0); ok {
+		return nil, Result{Outcome: OutcomeReplayed, Response: e.response, Epoch: e.epoch}, nil
+	}
 	if res, err, decided := g.checkLocal(ctx, p.Key, req.Fingerprint); decided {
 		return nil, res, err
 	}
@@ -209,6 +226,7 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 	}
 	rec := cr.Record
 	if cr.Claimed {
+		g.replays.forget(p.Key) // the record it copied is gone
 		c := &claim{fence: store.Fence{Key: p.Key, Epoch: rec.Epoch, Owner: p.Owner}}
 		g.local.hold(c, req.Fingerprint, rec.LeaseUntil.Sub(cr.Now))
 		return c, Result{Outcome: OutcomeExecuted, Epoch: rec.Epoch}, nil
@@ -224,6 +242,9 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 	}
 	switch rec.State {
 	case store.StateDone:
+		// Expires, in this process's time, no later than the record: the
+		// store's clock read cr.Now after t0.
+		g.replays.put(p.Key, rec.Fingerprint, rec.Response, rec.Epoch, t0.Add(rec.ExpiresAt.Sub(cr.Now)))
 		return nil, Result{Outcome: OutcomeReplayed, Response: rec.Response, Epoch: rec.Epoch}, nil
 	case store.StateProcessing:
 		res := Result{Outcome: OutcomeInFlight, Epoch: rec.Epoch, RetryAfter: max(rec.LeaseUntil.Sub(cr.Now), 0)}
