@@ -58,6 +58,15 @@ type Config struct {
 	// replay, never a second run. At most Retention. Defaults to
 	// DefaultRecordTimeout (1h), or Retention if shorter.
 	RecordTimeout time.Duration
+	// WaitInFlight, when positive, is how long a duplicate waits for the
+	// attempt in flight to settle before it is answered OutcomeInFlight:
+	// when that attempt completes meanwhile, the duplicate gets its
+	// replay, so a client's concurrent retry usually needs no second round
+	// trip. In this process the duplicate wakes when the attempt settles;
+	// across processes it reads the record at growing intervals (5 ms to
+	// 100 ms). It never waits past its context. At most MaxLease. Defaults
+	// to 0: a duplicate is answered OutcomeInFlight at once.
+	WaitInFlight time.Duration
 	// ReplayCacheBytes bounds an in-process cache of completed responses
 	// that answers replays without a store round trip. A completed record
 	// never changes until it expires, and a cached copy expires before it
@@ -110,6 +119,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Config.Heartbeat %v must be shorter than Lease %v", ErrBadConfig, c.Heartbeat, c.Lease)
 	case c.UnknownHold < time.Millisecond || c.UnknownHold > MaxLease:
 		return fmt.Errorf("%w: Config.UnknownHold %v out of range [1ms, %v]", ErrBadConfig, c.UnknownHold, MaxLease)
+	case c.WaitInFlight < 0 || c.WaitInFlight > MaxLease:
+		return fmt.Errorf("%w: Config.WaitInFlight %v out of range [0, %v]", ErrBadConfig, c.WaitInFlight, MaxLease)
 	case c.RecordTimeout < time.Millisecond || c.RecordTimeout > c.Retention:
 		return fmt.Errorf("%w: Config.RecordTimeout %v out of range [1ms, Retention=%v]", ErrBadConfig, c.RecordTimeout, c.Retention)
 	}
@@ -193,7 +204,41 @@ func (g *Guard) Do(ctx context.Context, req Request, fn func(ctx context.Context
 
 // claim asks the store for the key. It returns a non-nil claim when the
 // caller now holds the key, and otherwise the result and error to return.
+// A duplicate of an attempt in flight waits up to Config.WaitInFlight for
+// it to settle, and asks again.
 func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) {
+	c, res, err := g.claimOnce(ctx, req)
+	if g.cfg.WaitInFlight <= 0 || res.Outcome != OutcomeInFlight {
+		return c, res, err
+	}
+	deadline := time.Now().Add(g.cfg.WaitInFlight)
+	k := req.Scope.StoreKey()
+	for pause := 5 * time.Millisecond; time.Now().Before(deadline); pause = min(2*pause, 100*time.Millisecond) {
+		wait := min(pause, time.Until(deadline))
+		var settled <-chan struct{}
+		if v, ok := g.local.m.Load(k); ok {
+			settled = v.(*held).finished // held here: woken when it settles
+			wait = time.Until(deadline)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return c, res, err
+		case <-settled:
+		case <-t.C:
+		}
+		t.Stop()
+		if c, res, err = g.claimOnce(ctx, req); res.Outcome != OutcomeInFlight {
+			return c, res, err
+		}
+	}
+	return c, res, err
+}
+
+// claimOnce is one claim's round: the cache, this process's holds, the
+// store.
+func (g *Guard) claimOnce(ctx context.Context, req Request) (*claim, Result, error) {
 	if err := req.Scope.Validate(); err != nil {
 		return nil, Result{}, err
 	}
@@ -235,7 +280,7 @@ func (g *Guard) claim(ctx context.Context, req Request) (*claim, Result, error) 
 		v := Fingerprint(rec.Fingerprint).Version()
 		if req.FingerprintFor != nil && v != req.Fingerprint.Version() {
 			if alt, ok := req.FingerprintFor(v); ok && bytes.Equal(alt, rec.Fingerprint) {
-				return g.claim(ctx, Request{Scope: req.Scope, Fingerprint: alt})
+				return g.claimOnce(ctx, Request{Scope: req.Scope, Fingerprint: alt})
 			}
 		}
 		return nil, Result{Outcome: OutcomeConflict, Epoch: rec.Epoch}, ErrConflict

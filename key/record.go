@@ -31,6 +31,10 @@ type held struct {
 	// settled is closed when done is set while a background recorder
 	// waits, so that it stops at once.
 	settled chan struct{}
+	// finished is closed when the process stops holding the key (drop):
+	// duplicates waiting for the attempt (Config.WaitInFlight) ask again.
+	finished chan struct{}
+	dropped  sync.Once
 }
 
 // settle marks h done and wakes its background recorder. h.mu is held.
@@ -60,7 +64,7 @@ type localClaims struct {
 
 // hold registers a granted claim whose lease has left to run.
 func (l *localClaims) hold(c *claim, fp Fingerprint, left time.Duration) {
-	c.held = &held{fingerprint: fp, fence: c.fence, until: time.Now().Add(left)}
+	c.held = &held{fingerprint: fp, fence: c.fence, until: time.Now().Add(left), finished: make(chan struct{})}
 	l.m.Store(c.fence.Key, c.held)
 }
 
@@ -77,6 +81,7 @@ func (c *claim) extended(lease time.Duration) {
 func (l *localClaims) drop(c *claim) {
 	if c.held != nil {
 		l.m.CompareAndDelete(c.fence.Key, c.held)
+		c.held.finish()
 	}
 }
 
@@ -124,8 +129,13 @@ func (g *Guard) checkLocal(ctx context.Context, key string, fp Fingerprint) (res
 	}
 	h.settle()
 	l.m.CompareAndDelete(key, h)
+	h.finish()
 	return Result{}, nil, false
 }
+
+// finish wakes the duplicates waiting for h's attempt: the process no
+// longer holds the key.
+func (h *held) finish() { h.dropped.Do(func() { close(h.finished) }) }
 
 // keepRecording retries write in the background until the store takes it,
 // fences it, or RecordTimeout passes. Whenever a write fails, it also tries

@@ -97,6 +97,13 @@ type Config struct {
 	// whichever is longer.
 	UnknownHold time.Duration
 
+	// WaitInFlight is how long a duplicate of a request in flight waits
+	// for it before it is answered 409 request-in-flight: when the first
+	// attempt completes meanwhile, the duplicate gets its replay
+	// (key.Config.WaitInFlight). At most UpstreamTimeout. Defaults to 0:
+	// 409 at once.
+	WaitInFlight time.Duration
+
 	// RecordTimeout is how long the proxy keeps trying to record an
 	// upstream answer that the store did not take (it failed while the
 	// upstream acted); meanwhile the key stays held and its retries are
@@ -176,6 +183,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Config.Store is required", ErrBadConfig)
 	case c.UpstreamTimeout < 0 || c.UpstreamTimeout > MaxUpstreamTimeout:
 		return fmt.Errorf("%w: Config.UpstreamTimeout %v out of range (0, %v]", ErrBadConfig, c.UpstreamTimeout, MaxUpstreamTimeout)
+	case c.WaitInFlight < 0 || c.WaitInFlight > c.UpstreamTimeout:
+		return fmt.Errorf("%w: Config.WaitInFlight %v out of range [0, UpstreamTimeout=%v]", ErrBadConfig, c.WaitInFlight, c.UpstreamTimeout)
 	case c.UnknownHold < c.UpstreamTimeout:
 		return fmt.Errorf("%w: Config.UnknownHold %v is shorter than UpstreamTimeout %v: a retry could be forwarded while the first attempt still runs", ErrBadConfig, c.UnknownHold, c.UpstreamTimeout)
 	}
@@ -212,6 +221,7 @@ func New(cfg *Config) (*Proxy, error) {
 	}
 	g, err := key.New(c.Store, &key.Config{
 		Lease: c.Lease, Retention: c.Retention, UnknownHold: c.UnknownHold, RecordTimeout: c.RecordTimeout, Logger: c.Logger,
+		WaitInFlight: c.WaitInFlight,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/store/memstore"
 )
@@ -300,4 +301,27 @@ func TestForwarding(t *testing.T) {
 			t.Fatal("a request without its required key was forwarded")
 		}
 	})
+}
+
+// With WaitInFlight, identical concurrent requests wait for the first one's
+// answer and get its replay: one forwarded, none answered 409.
+func TestWaitInFlight(t *testing.T) {
+	t.Parallel()
+	f, up, _, _ := setup(t, "SQLite", func(c *Config) { c.WaitInFlight = 10 * time.Second })
+	up.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(100 * time.Millisecond) // the duplicates arrive meanwhile
+		w.Header().Set("Location", "/charges/ch_1")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"ch_1"}`))
+	})
+	replies := concurrently(t, 16, req{key: "order-7", body: `{"amount":100}`}, f)
+	checkOnce(t, replies)
+	for _, r := range replies {
+		if r.status == http.StatusConflict {
+			t.Fatalf("a duplicate was answered 409 while it could wait: %q", r.body)
+		}
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("the upstream saw %d calls, want 1", n)
+	}
 }

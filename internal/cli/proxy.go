@@ -42,6 +42,7 @@ type proxyFlags struct {
 	significantHeaders []string
 	upstreamTimeout    time.Duration
 	unknownHold        time.Duration
+	waitInFlight       time.Duration
 	recordTimeout      time.Duration
 	bodyTimeout        time.Duration
 	memoryBudget       byteSize
@@ -105,6 +106,7 @@ IDEM_MAX_BODY.`,
 	fl.Var(&f.maxResponse, "max-response", "largest response body stored for replay; larger ones are delivered once and not replayed")
 	fl.StringSliceVar(&f.significantHeaders, "significant-headers", nil, "request headers that are part of the fingerprint, comma-separated")
 	fl.DurationVar(&f.upstreamTimeout, "upstream-timeout", proxy.DefaultUpstreamTimeout, "bound on one upstream exchange")
+	fl.DurationVar(&f.waitInFlight, "wait-in-flight", 0, "how long a duplicate of a request in flight waits for its answer (a replay) before it is answered 409 request-in-flight (default 0: at once)")
 	fl.DurationVar(&f.unknownHold, "unknown-hold", 0, "how long a key whose upstream answer was lost answers 409 outcome-unknown before a retry is forwarded again; the upstream must finish any request within it (default 10m, or twice --upstream-timeout if longer)")
 	fl.DurationVar(&f.recordTimeout, "record-timeout", key.DefaultRecordTimeout, "how long to keep trying to record an upstream answer the store did not take (its key stays held meanwhile)")
 	fl.DurationVar(&f.bodyTimeout, "body-timeout", httpidem.DefaultBodyTimeout, "bound on reading a keyed request's body (408 after it)")
@@ -213,6 +215,7 @@ func runProxy(ctx context.Context, f *proxyFlags, stdout, stderr io.Writer) erro
 		SignificantHeaders: f.significantHeaders,
 		UpstreamTimeout:    f.upstreamTimeout,
 		UnknownHold:        f.unknownHold,
+		WaitInFlight:       f.waitInFlight,
 		RecordTimeout:      f.recordTimeout,
 		BodyTimeout:        f.bodyTimeout,
 		MemoryBudget:       int64(f.memoryBudget),
