@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/pgstore"
 	"github.com/idemhq/idem/store/storetest/flowtest"
 )
 
@@ -126,4 +128,41 @@ func BenchmarkDiskPerRecord(b *testing.B) {
 	b.ReportMetric(float64(heap)/float64(b.N), "heap-B/record")
 	b.ReportMetric(float64(indexes)/float64(b.N), "index-B/record")
 	b.ReportMetric(float64(heap+indexes)/float64(b.N), "disk-B/record")
+}
+
+// BenchmarkEnqueue measures transactions of one outbox enqueue each, 32
+// at once, with the NOTIFY inside them (the default) and without it
+// (Config.OutboxNotifyAfterCommit, the caller's NotifyOutbox after the
+// commit): PostgreSQL serialises the commits of notifying transactions.
+func BenchmarkEnqueue(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		quiet bool
+	}{{"NotifyInTx", false}, {"NotifyAfterCommit", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			_, bk := setup(b)
+			s, err := pgstore.New(bk.pool, &pgstore.Config{OutboxNotifyAfterCommit: c.quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+						_, _, err := s.EnqueueTx(ctx, tx, intent("pay", ""))
+						return err
+					})
+					if err == nil && c.quiet {
+						err = s.NotifyOutbox(ctx)
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }

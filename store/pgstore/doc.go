@@ -92,7 +92,11 @@
 // transactions across the cluster, from the commit's start until its WAL
 // is flushed: small enqueuing transactions, many at once, commit one at a
 // time (about a quarter of the rate of the same transactions without
-// pg_notify, on the machine measured).
+// pg_notify, on the machine measured). Config.OutboxNotifyAfterCommit
+// leaves the NOTIFY out of EnqueueTx: the caller sends NotifyOutbox after
+// its commit, in a transaction of its own that writes nothing
+// (BenchmarkEnqueue: 1.3× the transactions per second with 32 clients,
+// the extra statement included).
 //
 // # Durability
 //

@@ -83,12 +83,29 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, in store.Intent) (id, 
 	if enqueuedAt.IsZero() {
 		enqueuedAt = in.DueAt
 	}
-	err = tx.QueryRow(ctx, outboxEnqueueSQL, bytesOf(in.Target), in.Method, in.Path, orEmpty(in.Body),
+	err = tx.QueryRow(ctx, s.enqueueSQL, bytesOf(in.Target), in.Method, in.Path, orEmpty(in.Body),
 		headers, metadata, stream, in.DueAt, enqueuedAt).Scan(&id, &seq)
 	if err != nil {
 		return 0, 0, fmt.Errorf("idem/pgstore: enqueue to %q: %w", in.Target, err)
 	}
 	return id, seq, nil
+}
+
+// outboxEnqueueQuietSQL is outbox_enqueue.sql without its pg_notify
+// (Config.OutboxNotifyAfterCommit).
+var outboxEnqueueQuietSQL = strings.Replace(outboxEnqueueSQL,
+	"FROM o, (SELECT pg_notify('idem_outbox', current_schema())) AS n", "FROM o", 1)
+
+// NotifyOutbox wakes the relays listening on the store's outbox
+// (OutboxWakeups), in a transaction of its own that writes nothing: call
+// it after a transaction that enqueued intents committed, when the store
+// was opened with Config.OutboxNotifyAfterCommit. It never waits for
+// another transaction's commit.
+func (s *Store) NotifyOutbox(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, current_schema())`, outboxChannel); err != nil {
+		return fmt.Errorf("idem/pgstore: notify outbox: %w", err)
+	}
+	return nil
 }
 
 // ClaimIntents implements store.OutboxStore in one statement

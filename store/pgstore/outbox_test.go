@@ -1097,3 +1097,34 @@ func BenchmarkOutboxClaimBehind(b *testing.B) {
 		b.Logf("claim of 32 behind 100,000 rows %s: median %v, max %v", c.name, times[len(times)/2], times[len(times)-1])
 	}
 }
+
+// With Config.OutboxNotifyAfterCommit, an enqueue notifies no one: the
+// caller's NotifyOutbox after its commit does.
+func TestOutboxNotifyAfterCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, b := setup(t)
+	pool := singleConnPool(t, b.pool)
+	s := newStore(t, pool, nil)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wake, err := s.OutboxWakeups(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet, err := pgstore.New(b.pool, &pgstore.Config{OutboxNotifyAfterCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, seq := enqueue(t, quiet, intent("pay", "s"))
+	noWakeup(t, wake, "after a quiet enqueue's commit")
+	if err := quiet.NotifyOutbox(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wakeup(t, wake, "after NotifyOutbox")
+	// The intent is there, as any other.
+	got, err := quiet.ClaimIntents(ctx, store.OutboxClaim{Limit: 10, Owner: "r", Lease: time.Minute, Now: start})
+	if err != nil || len(got) != 1 || got[0].ID != id || seq != 1 || got[0].Sequence != 1 {
+		t.Fatalf("claimed %+v %v", got, err)
+	}
+}

@@ -25,6 +25,16 @@ type Config struct {
 	// the server's clock_timestamp().
 	Now func() time.Time
 
+	// OutboxNotifyAfterCommit makes EnqueueTx send no NOTIFY inside the
+	// caller's transaction. PostgreSQL serialises the commits of all
+	// transactions that notified, WAL flush included, so many concurrent
+	// enqueuing transactions commit one at a time; without it they commit
+	// side by side. Relays then learn of new intents from NotifyOutbox,
+	// which the caller sends after its commit (a transaction of its own
+	// that writes nothing), or at their next poll. Defaults to false:
+	// EnqueueTx notifies, and relays in other processes wake by themselves.
+	OutboxNotifyAfterCommit bool
+
 	// Logger receives the store's warnings (a database that does not fsync)
 	// and debug messages. Defaults to a logger that discards everything.
 	Logger *slog.Logger
@@ -38,6 +48,9 @@ type Store struct {
 	now     func() time.Time
 	logger  *slog.Logger
 	durable bool
+	// enqueueSQL is outbox_enqueue.sql, without its pg_notify under
+	// Config.OutboxNotifyAfterCommit.
+	enqueueSQL string
 }
 
 var _ store.TxStore[pgx.Tx] = (*Store)(nil)
@@ -59,7 +72,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	s := &Store{pool: pool, now: cfg.Now, logger: cfg.Logger}
+	s := &Store{pool: pool, now: cfg.Now, logger: cfg.Logger, enqueueSQL: outboxEnqueueSQL}
+	if cfg.OutboxNotifyAfterCommit {
+		s.enqueueSQL = outboxEnqueueQuietSQL
+	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
