@@ -409,7 +409,22 @@ func (p *Processor[TX]) backoff(attempt int) time.Duration {
 func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t *try, prior *store.DeadLetter) (Result, error) {
 	now := p.cfg.Now()
 	key := store.EventKey{Source: ev.Source, ID: ev.ID}
-	status, inserted, err := p.s.RecordEventTx(ctx, tx, key, now)
+	mode := p.cfg.Mode
+	if p.cfg.ModeOf != nil {
+		mode = p.cfg.ModeOf(ev)
+	}
+	sk := store.StreamKey{Source: ev.Source, Subject: ev.Subject}
+	var status store.EventStatus
+	var inserted bool
+	var raw []byte
+	var err error
+	pl, pipelined := p.s.(store.InboxPipeliner[TX])
+	if pipelined = pipelined && mode != 0; pipelined {
+		// Ordered: the record and the stream's lock in one round trip.
+		status, inserted, raw, err = pl.RecordEventLockStreamTx(ctx, tx, key, now, sk)
+	} else {
+		status, inserted, err = p.s.RecordEventTx(ctx, tx, key, now)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -420,10 +435,6 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		}
 		return r, nil
 	}
-	mode := p.cfg.Mode
-	if p.cfg.ModeOf != nil {
-		mode = p.cfg.ModeOf(ev)
-	}
 	if mode == 0 {
 		id, reason, err := p.applyOrDead(ctx, tx, ev, t, prior, now)
 		if err != nil || id == 0 {
@@ -432,10 +443,10 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		return Result{Outcome: OutcomeDeadLettered, DeadLetters: []int64{id}, Reason: reason}, nil
 	}
 
-	sk := store.StreamKey{Source: ev.Source, Subject: ev.Subject}
-	raw, err := p.s.LockStreamTx(ctx, tx, sk)
-	if err != nil {
-		return Result{}, err
+	if !pipelined {
+		if raw, err = p.s.LockStreamTx(ctx, tx, sk); err != nil {
+			return Result{}, err
+		}
 	}
 	var s order.Stream
 	if raw != nil {

@@ -169,3 +169,13 @@ type InboxStore[TX any] interface {
 	// letter is taken.
 	SweepInbox(ctx context.Context, before time.Time, limit int) (int, error)
 }
+
+// InboxPipeliner is implemented by stores that record an event and lock
+// its stream in one round trip (PostgreSQL: a pipeline): package inbox
+// uses it for ordered events, which need both.
+type InboxPipeliner[TX any] interface {
+	// RecordEventLockStreamTx is RecordEventTx(key, at) and then
+	// LockStreamTx(stream), with their results, in one round trip where
+	// it can. The stream is locked whether or not the event was new.
+	RecordEventLockStreamTx(ctx context.Context, tx TX, key EventKey, at time.Time, stream StreamKey) (existing EventStatus, inserted bool, state []byte, err error)
+}

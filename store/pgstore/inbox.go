@@ -48,6 +48,56 @@ func (s *Store) RecordEventTx(ctx context.Context, tx pgx.Tx, key store.EventKey
 	return 0, false, fmt.Errorf("idem/pgstore: record event %s: no answer after %d attempts: the row keeps being deleted and inserted again", eventName(key), inboxAttempts)
 }
 
+// RecordEventLockStreamTx implements store.InboxPipeliner: the record and
+// the lock in one pipeline (pgx batch). A record whose conflicting row is
+// not visible yet, or a stream without a row, is settled by the one-by-one
+// statements afterwards, as RecordEventTx and LockStreamTx do.
+func (s *Store) RecordEventLockStreamTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time, stream store.StreamKey) (store.EventStatus, bool, []byte, error) {
+	b := &pgx.Batch{}
+	b.Queue(inboxRecordSQL, bytesOf(key.Source), bytesOf(key.ID), at)
+	b.Queue(streamLockSQL, bytesOf(stream.Source), bytesOf(stream.Subject))
+	res := tx.SendBatch(ctx, b)
+	var status int16
+	var inserted, recorded, locked bool
+	var state []byte
+	err := res.QueryRow().Scan(&status, &inserted)
+	switch {
+	case err == nil:
+		recorded = true
+	case errors.Is(err, pgx.ErrNoRows):
+	default:
+		res.Close()
+		return 0, false, nil, fmt.Errorf("idem/pgstore: record event %s: %w", eventName(key), interpretError(err))
+	}
+	err = res.QueryRow().Scan(&state)
+	switch {
+	case err == nil:
+		locked = true
+	case errors.Is(err, pgx.ErrNoRows):
+	default:
+		res.Close()
+		return 0, false, nil, fmt.Errorf("idem/pgstore: lock stream %s: %w", streamName(stream), interpretError(err))
+	}
+	if err := res.Close(); err != nil {
+		return 0, false, nil, fmt.Errorf("idem/pgstore: record event %s: %w", eventName(key), interpretError(err))
+	}
+	existing := store.EventStatus(status)
+	if inserted {
+		existing = 0
+	}
+	if !recorded {
+		if existing, inserted, err = s.RecordEventTx(ctx, tx, key, at); err != nil {
+			return 0, false, nil, err
+		}
+	}
+	if !locked {
+		if state, err = s.LockStreamTx(ctx, tx, stream); err != nil {
+			return 0, false, nil, err
+		}
+	}
+	return existing, inserted, state, nil
+}
+
 // LockStreamTx implements store.InboxStore. A stream with a row is locked
 // and read in one statement (sql/stream_lock.sql, SELECT ... FOR UPDATE).
 // A stream without one gets a placeholder row with a NULL state

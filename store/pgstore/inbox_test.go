@@ -847,3 +847,57 @@ func TestSweepInboxSkipsLockedRows(t *testing.T) {
 		t.Fatalf("status %d, want dead", st)
 	}
 }
+
+// RecordEventLockStreamTx answers as RecordEventTx and LockStreamTx do, in
+// one round trip: a new event on a new stream, the same event again (the
+// stream's state as stored), and a second transaction on the stream waits
+// for the first and sees what it stored.
+func TestRecordEventLockStream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	sk := store.StreamKey{Source: "src", Subject: "order-1"}
+	at := time.Now()
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		existing, inserted, state, err := s.RecordEventLockStreamTx(ctx, tx, store.EventKey{Source: "src", ID: "e1"}, at, sk)
+		if err != nil || !inserted || existing != 0 || state != nil {
+			t.Fatalf("a new event on a new stream: %v %v %q %v", existing, inserted, state, err)
+		}
+		return s.PutStreamTx(ctx, tx, sk, []byte(`{"v":1}`), time.Time{})
+	})
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		existing, inserted, state, err := s.RecordEventLockStreamTx(ctx, tx, store.EventKey{Source: "src", ID: "e1"}, at, sk)
+		if err != nil || inserted || existing != store.EventDone || string(state) != `{"v":1}` {
+			t.Fatalf("the same event again: %v %v %q %v", existing, inserted, state, err)
+		}
+		return nil
+	})
+	h := holdTx(t, s)
+	if _, inserted, _, err := s.RecordEventLockStreamTx(ctx, h.tx, store.EventKey{Source: "src", ID: "e2"}, at, sk); err != nil || !inserted {
+		t.Fatalf("e2: %v %v", inserted, err)
+	}
+	if err := s.PutStreamTx(ctx, h.tx, sk, []byte(`{"v":2}`), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		_ = s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			_, _, state, err := s.RecordEventLockStreamTx(ctx, tx, store.EventKey{Source: "src", ID: "e3"}, at, sk)
+			if err != nil {
+				got <- err.Error()
+				return err
+			}
+			got <- string(state)
+			return nil
+		})
+	}()
+	select {
+	case v := <-got:
+		t.Fatalf("the second transaction did not wait for the stream's lock: %q", v)
+	case <-time.After(200 * time.Millisecond):
+	}
+	h.commit(t)
+	if v := <-got; v != `{"v":2}` {
+		t.Fatalf("after the first committed, the second read %q, want its state", v)
+	}
+}
