@@ -150,15 +150,64 @@ func (r *Relay[TX]) RunOnce(ctx context.Context) (int, error) {
 	}
 	sem := make(chan struct{}, r.cfg.Concurrency)
 	var wg sync.WaitGroup
-	for _, in := range claimed {
+	done := make([]delivered, len(claimed))
+	for i, in := range claimed {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			r.deliver(ctx, in)
+			done[i] = r.deliver(ctx, in)
 		})
 	}
 	wg.Wait()
+	r.recordDone(ctx, claimed, done)
 	return len(claimed), nil
+}
+
+// delivered is a delivery whose completion waits to be recorded with the
+// batch's others.
+type delivered struct {
+	ok     bool // the target took it: record it done
+	status int
+	start  time.Time
+}
+
+// recordDone records the batch's completed deliveries: together, in one
+// round trip and one commit, when the store can (store.OutboxBatcher),
+// else one by one. Each keeps its own fence: one taken over by another
+// relay is reported alone.
+func (r *Relay[TX]) recordDone(ctx context.Context, claimed []store.Intent, done []delivered) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	now := r.cfg.Now()
+	var fences []store.IntentFence
+	var statuses []int
+	var at []int
+	for i, d := range done {
+		if d.ok {
+			fences, statuses, at = append(fences, claimed[i].Fence()), append(statuses, d.status), append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return
+	}
+	errs := make([]error, len(at))
+	b, batched := any(r.s).(store.OutboxBatcher)
+	if batched && len(at) > 1 {
+		var err error
+		if errs, err = b.CompleteIntents(ctx, fences, statuses, now); err != nil {
+			errs = make([]error, len(at))
+			for j := range errs {
+				errs[j] = err
+			}
+		}
+	} else {
+		for j, f := range fences {
+			errs[j] = r.s.CompleteIntent(ctx, f, statuses[j], now)
+		}
+	}
+	for j, i := range at {
+		r.recorded(ctx, claimed[i], "done", "", done[i].start, errs[j])
+	}
 }
 
 // Drain runs RunOnce until nothing is due (for tests and batch jobs).
@@ -182,8 +231,9 @@ type outcome struct {
 	message string
 }
 
-// deliver makes one attempt and records its outcome, fenced.
-func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) {
+// deliver makes one attempt and records its outcome, fenced; a success is
+// returned for recordDone to record with the batch's others.
+func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) delivered {
 	start := time.Now()
 	t := r.targets[in.Target]
 	var o outcome
@@ -200,7 +250,10 @@ func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) {
 		o = r.attempt(ctx, t, in)
 	}
 	if ctx.Err() != nil && o.kind == "retry" {
-		return // shutting down: the lease ends and another attempt follows
+		return delivered{} // shutting down: the lease ends and another attempt follows
+	}
+	if o.kind == "done" {
+		return delivered{ok: true, status: o.status, start: start}
 	}
 	now := r.cfg.Now()
 	// The result is recorded even when ctx ended meanwhile (shutdown): the
@@ -210,8 +263,6 @@ func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) {
 	ctx = rctx
 	var err error
 	switch o.kind {
-	case "done":
-		err = r.s.CompleteIntent(ctx, in.Fence(), o.status, now)
 	case "disable":
 		due := now // held by the disabled target until it is enabled again
 		if derr := r.s.DisableTarget(ctx, in.Target, o.message, now); derr != nil {
@@ -238,17 +289,24 @@ func (r *Relay[TX]) deliver(ctx context.Context, in store.Intent) {
 	default:
 		err = r.s.KillIntent(ctx, in.Fence(), o.message, now)
 	}
-	r.hooks.OnAttempt(in.Target, o.kind, time.Since(start))
+	r.recorded(ctx, in, o.kind, o.message, start, err)
+	return delivered{}
+}
+
+// recorded reports how recording in's result (kind) went: err is the
+// recording's error.
+func (r *Relay[TX]) recorded(ctx context.Context, in store.Intent, kind, message string, start time.Time, err error) {
+	r.hooks.OnAttempt(in.Target, kind, time.Since(start))
 	switch {
 	case errors.Is(err, store.ErrFenced):
 		r.hooks.OnFenced()
 		r.log.WarnContext(ctx, "outbox: result not recorded: another relay took the intent over (this one outlived its lease)",
-			"intent", in.ID, "epoch", in.Epoch, "result", o.kind)
+			"intent", in.ID, "epoch", in.Epoch, "result", kind)
 	case err != nil:
 		r.log.ErrorContext(ctx, "outbox: recording the result failed; the lease will end and the intent be tried again with the same key",
-			"intent", in.ID, "result", o.kind, "error", err)
-	case o.kind == "dead":
-		r.log.WarnContext(ctx, "outbox: intent dead", "intent", in.ID, "target", in.Target, "attempts", in.Attempts, "reason", o.message)
+			"intent", in.ID, "result", kind, "error", err)
+	case kind == "dead":
+		r.log.WarnContext(ctx, "outbox: intent dead", "intent", in.ID, "target", in.Target, "attempts", in.Attempts, "reason", message)
 	}
 }
 

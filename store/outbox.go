@@ -174,3 +174,14 @@ type OutboxStore[TX any] interface {
 type OutboxWaker interface {
 	OutboxWakeups(ctx context.Context) (<-chan struct{}, error)
 }
+
+// OutboxBatcher is implemented by stores that record many completions at
+// once, in one round trip and one commit (PostgreSQL: a pipeline in one
+// implicit transaction): a relay records the intents a batch delivered so.
+type OutboxBatcher interface {
+	// CompleteIntents completes each fenced intent with its status, as
+	// CompleteIntent does, and returns each one's error: ErrFenced for an
+	// intent whose fence no longer holds, which changes nothing of the
+	// others. err is for the whole (then nothing was completed).
+	CompleteIntents(ctx context.Context, fences []IntentFence, statuses []int, at time.Time) (errs []error, err error)
+}

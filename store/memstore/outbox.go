@@ -132,6 +132,18 @@ func (o *Outbox) CompleteIntent(ctx context.Context, f store.IntentFence, status
 	})
 }
 
+// CompleteIntents implements store.OutboxBatcher.
+func (o *Outbox) CompleteIntents(ctx context.Context, fences []store.IntentFence, statuses []int, at time.Time) ([]error, error) {
+	if len(fences) != len(statuses) {
+		return nil, fmt.Errorf("memstore: complete intents: %d fences and %d statuses", len(fences), len(statuses))
+	}
+	errs := make([]error, len(fences))
+	for i, f := range fences {
+		errs[i] = o.CompleteIntent(ctx, f, statuses[i], at)
+	}
+	return errs, nil
+}
+
 // RetryIntent implements store.OutboxStore.
 func (o *Outbox) RetryIntent(ctx context.Context, f store.IntentFence, dueAt time.Time, lastErr string) error {
 	return o.fenced(ctx, f, func(r *store.Intent) {

@@ -164,6 +164,43 @@ func (s *Store) CompleteIntent(ctx context.Context, f store.IntentFence, status 
 	return s.fencedIntent(ctx, "complete", f, outboxCompleteSQL, status, at)
 }
 
+// CompleteIntents implements store.OutboxBatcher: the fenced UPDATEs in
+// one pipeline, which PostgreSQL runs as one implicit transaction (one
+// commit, one WAL flush). A fenced intent updates no row and is reported
+// alone.
+func (s *Store) CompleteIntents(ctx context.Context, fences []store.IntentFence, statuses []int, at time.Time) ([]error, error) {
+	if len(fences) != len(statuses) {
+		return nil, fmt.Errorf("idem/pgstore: complete intents: %d fences and %d statuses", len(fences), len(statuses))
+	}
+	errs := make([]error, len(fences))
+	if len(fences) == 0 {
+		return errs, nil
+	}
+	b := &pgx.Batch{}
+	for i, f := range fences {
+		b.Queue(outboxCompleteSQL, f.ID, f.Epoch, []byte(f.Owner), statuses[i], at)
+	}
+	res := s.pool.SendBatch(ctx, b)
+	var err error
+	for i, f := range fences {
+		tag, e := res.Exec()
+		if e != nil {
+			err = e
+			break
+		}
+		if tag.RowsAffected() == 0 {
+			errs[i] = fmt.Errorf("idem/pgstore: complete intent %d (epoch %d): %w", f.ID, f.Epoch, store.ErrFenced)
+		}
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: complete intents: %w", interpretError(err))
+	}
+	return errs, nil
+}
+
 // RetryIntent implements store.OutboxStore (sql/outbox_retry.sql).
 // lastErr is stored as text: invalid UTF-8 and NUL bytes in it become
 // U+FFFD.

@@ -181,6 +181,41 @@ func (s *Store) CompleteIntent(ctx context.Context, f store.IntentFence, status 
 	))
 }
 
+// CompleteIntents implements store.OutboxBatcher: the fenced UPDATEs in
+// one transaction, one commit (one fsync) for all; a fenced intent changes
+// no row and is reported alone.
+func (s *Store) CompleteIntents(ctx context.Context, fences []store.IntentFence, statuses []int, at time.Time) ([]error, error) {
+	if len(fences) != len(statuses) {
+		return nil, fmt.Errorf("sqlitestore: complete intents: %d fences and %d statuses", len(fences), len(statuses))
+	}
+	errs := make([]error, len(fences))
+	if len(fences) == 0 {
+		return errs, nil
+	}
+	err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for i, f := range fences {
+			res, err := tx.ExecContext(ctx, s.stmts.outboxComplete.query, sql.Named("status", int64(statuses[i])), sql.Named("done_at", toMicros(at)),
+				sql.Named("id", f.ID), sql.Named("epoch", f.Epoch), sql.Named("owner", f.Owner))
+			if err != nil {
+				return interpretError(err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return interpretError(err)
+			}
+			errs[i] = nil
+			if n == 0 {
+				errs[i] = fenceError("complete intent", f, store.ErrFenced)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: complete intents: %w", err)
+	}
+	return errs, nil
+}
+
 // RetryIntent implements store.OutboxStore: one fenced UPDATE.
 func (s *Store) RetryIntent(ctx context.Context, f store.IntentFence, dueAt time.Time, lastErr string) error {
 	return fenceError("retry intent", f, s.fencedIntent(ctx, s.stmts.outboxRetry, f,

@@ -57,6 +57,37 @@ func exerciseOutbox[TX any](t *testing.T, open Open[TX]) {
 		return out
 	}
 
+	t.Run("BatchedCompletionsFenceEachAlone", func(t *testing.T) {
+		t.Parallel()
+		s, _ := newStore(t)
+		b, ok := s.(store.OutboxBatcher)
+		if !ok {
+			return // the store records completions one by one: nothing to check
+		}
+		for range 3 {
+			enqueue(t, s, intent("pay", ""))
+		}
+		got := claim(t, s, "relay-a", t0, 10)
+		if len(got) != 3 {
+			t.Fatalf("claimed %d", len(got))
+		}
+		fences := []store.IntentFence{got[0].Fence(), got[1].Fence(), got[2].Fence()}
+		fences[1].Epoch++ // a claim another relay took over
+		errs, err := b.CompleteIntents(ctx, fences, []int{200, 201, 202}, t0.Add(time.Second))
+		if err != nil || len(errs) != 3 || errs[0] != nil || !errors.Is(errs[1], store.ErrFenced) || errs[2] != nil {
+			t.Fatalf("complete intents: %v %v, want the second fenced alone", errs, err)
+		}
+		for i, want := range []store.IntentState{store.IntentDone, store.IntentInFlight, store.IntentDone} {
+			in, err := s.GetIntent(ctx, got[i].ID)
+			if err != nil || in.State != want || (want == store.IntentDone && in.Status != 200+i) {
+				t.Fatalf("intent %d: %+v %v, want %v", i, in, err, want)
+			}
+		}
+		if errs, err := b.CompleteIntents(ctx, nil, nil, t0); err != nil || len(errs) != 0 {
+			t.Fatalf("none: %v %v", errs, err)
+		}
+	})
+
 	t.Run("EnqueueCommitsWithTheBusinessChange", func(t *testing.T) {
 		t.Parallel()
 		s, ledger := newStore(t)
