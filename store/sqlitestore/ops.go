@@ -45,9 +45,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 			res  store.ClaimResult
 			done bool
 		)
-		err := s.withWrite(ctx, func() error {
+		err := s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			var err error
-			res, done, err = s.claimOnce(ctx, p)
+			res, done, err = s.claimOnce(ctx, tx, p)
 			return err
 		})
 		if err != nil {
@@ -64,12 +64,12 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // claimOnce runs the upsert once, holding this store's turn to write. done
 // is false when the upsert granted nothing and the record read back is
 // claimable after all (changed by another process in between).
-func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams) (res store.ClaimResult, done bool, err error) {
+func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, p store.ClaimParams) (res store.ClaimResult, done bool, err error) {
 	now := s.clock() // read in our turn: lease times start when we decide
 	fp := nonNil(p.Fingerprint)
 	leaseUntil, expiresAt := addMicros(now, p.Lease), addMicros(now, p.Retention)
 	var epoch int64
-	err = s.stmts.claim.queryRow(ctx, nil,
+	err = s.stmts.claim.queryRow(ctx, tx,
 		sql.Named("key", []byte(p.Key)),
 		sql.Named("fingerprint", fp),
 		sql.Named("owner", []byte(p.Owner)),
@@ -93,7 +93,7 @@ func (s *Store) claimOnce(ctx context.Context, p store.ClaimParams) (res store.C
 			Now: now,
 		}, true, nil
 	case store.ErrNotFound: // the upsert granted nothing
-		rec, err := readRecord(ctx, nil, s.stmts.read, p.Key)
+		rec, err := readRecord(ctx, tx, s.stmts.read, p.Key)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return store.ClaimResult{}, false, nil // deleted by another process meanwhile
@@ -118,7 +118,7 @@ func claimable(r store.Record, fingerprint []byte, now time.Time) bool {
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
-	return opError("complete", p.Key, s.withWrite(ctx, func() error { return s.complete(ctx, nil, p) }))
+	return opError("complete", p.Key, s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.complete(ctx, tx, p) }))
 }
 
 // complete runs complete.sql in tx, or on the pool when tx is nil.
@@ -131,17 +131,17 @@ func (s *Store) complete(ctx context.Context, tx *sql.Tx, p store.CompleteParams
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
-	return opError("release", f.Key, s.withWrite(ctx, func() error {
-		return s.fenced(ctx, nil, s.stmts.release, f)
+	return opError("release", f.Key, s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return s.fenced(ctx, tx, s.stmts.release, f)
 	}))
 }
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, f store.Fence, lease time.Duration) (time.Time, error) {
 	var until int64
-	err := s.withWrite(ctx, func() error {
+	err := s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		until = addMicros(s.clock(), lease)
-		return s.fenced(ctx, nil, s.stmts.extend, f, sql.Named("lease_until", until))
+		return s.fenced(ctx, tx, s.stmts.extend, f, sql.Named("lease_until", until))
 	})
 	if err != nil {
 		return time.Time{}, opError("extend", f.Key, err)
@@ -151,8 +151,8 @@ func (s *Store) Extend(ctx context.Context, f store.Fence, lease time.Duration) 
 
 // MarkUnknown implements store.Store.
 func (s *Store) MarkUnknown(ctx context.Context, f store.Fence) error {
-	return opError("mark unknown", f.Key, s.withWrite(ctx, func() error {
-		return s.fenced(ctx, nil, s.stmts.markUnknown, f)
+	return opError("mark unknown", f.Key, s.grouped(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return s.fenced(ctx, tx, s.stmts.markUnknown, f)
 	}))
 }
 

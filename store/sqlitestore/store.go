@@ -33,6 +33,9 @@ type Store struct {
 	// and other handles on the file still meet in SQLite's lock, under its
 	// busy timeout.
 	writer chan struct{}
+	// group holds the request keys' writes waiting for a group commit
+	// (group.go).
+	group group
 	// busyTimeout bounds the wait for writer, read from the handle's
 	// PRAGMA busy_timeout so that both waits give up alike.
 	busyTimeout time.Duration

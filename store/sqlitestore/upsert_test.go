@@ -47,7 +47,7 @@ func TestUpsertRefusesWhatItMustNot(t *testing.T) {
 			var done bool
 			err = s.withWrite(ctx, func() error {
 				var err error
-				res, done, err = s.claimOnce(ctx, store.ClaimParams{Key: "k", Fingerprint: []byte(tt.fp), Owner: "b", Lease: 30 * time.Second, Retention: time.Hour})
+				res, done, err = s.claimOnce(ctx, nil, store.ClaimParams{Key: "k", Fingerprint: []byte(tt.fp), Owner: "b", Lease: 30 * time.Second, Retention: time.Hour})
 				return err
 			})
 			if err != nil || !done || res.Claimed {

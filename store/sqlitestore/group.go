@@ -1,0 +1,167 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// groupItem is one write waiting for a group commit.
+type groupItem struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	err  error
+	done chan struct{}
+}
+
+// group holds the writes waiting for the writer turn.
+type group struct {
+	mu    sync.Mutex
+	queue []*groupItem
+	// commits counts the groups committed (for tests).
+	commits atomic.Int64
+}
+
+// groupTimeout bounds a group's transaction.
+const groupTimeout = 30 * time.Second
+
+// grouped runs fn, a short write of a request key (claim, complete,
+// extend, release, mark), in a transaction it may share with the writes
+// that other callers make while the writer turn is taken: group commit.
+// SQLite syncs once per commit, so writes that arrive together pay for
+// one sync instead of one each; a write that arrives alone runs at once,
+// as it would without groups (autocommit, tx nil). In a group each write
+// runs inside a savepoint of the shared transaction: one that fails is
+// rolled back alone and returns its own error, and never fails or shows
+// in another. fn's result is returned
+// only once the transaction holding its writes committed; when the commit
+// fails, every write of the group returns that error, and none of them
+// took effect. A caller whose context ends before its write ran gets the
+// context's error, and the write never runs.
+func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	it := &groupItem{ctx: ctx, fn: fn, done: make(chan struct{})}
+	s.group.mu.Lock()
+	s.group.queue = append(s.group.queue, it)
+	s.group.mu.Unlock()
+	var timeout <-chan time.Time
+	if s.busyTimeout > 0 {
+		t := time.NewTimer(s.busyTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		select {
+		case <-it.done: // a leader ran it
+			return it.err
+		case s.writer <- struct{}{}:
+			// This caller leads: it runs what waits, its own write among
+			// them unless an earlier leader took it.
+			s.lead()
+			s.unlockWrite()
+			<-it.done
+			return it.err
+		case <-timeout:
+			if s.unqueue(it) {
+				return errWriteLockTimeout
+			}
+			timeout = nil // a leader holds it: wait for its result
+		case <-ctx.Done():
+			if s.unqueue(it) {
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// unqueue takes it off the queue, if no leader took it yet.
+func (s *Store) unqueue(it *groupItem) bool {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	for i, q := range s.group.queue {
+		if q == it {
+			s.group.queue = append(s.group.queue[:i], s.group.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// lead runs the waiting writes in one transaction, each in a savepoint,
+// commits, and then gives each its result. The caller holds the writer
+// turn.
+func (s *Store) lead() {
+	s.group.mu.Lock()
+	batch := s.group.queue
+	s.group.queue = nil
+	s.group.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	defer func() {
+		for _, it := range batch {
+			close(it.done)
+		}
+	}()
+	if len(batch) == 1 {
+		// Alone: one autocommit statement on the pool, as without groups,
+		// at no added cost.
+		it := batch[0]
+		if it.err = it.ctx.Err(); it.err == nil {
+			it.err = it.fn(it.ctx, nil)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		for _, it := range batch {
+			it.err = fmt.Errorf("begin: %w", interpretError(err))
+		}
+		return
+	}
+	ran := false
+	for _, it := range batch {
+		if err := it.ctx.Err(); err != nil {
+			it.err = err
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT grouped"); err != nil {
+			it.err = interpretError(err)
+			continue
+		}
+		if it.err = it.fn(it.ctx, tx); it.err != nil {
+			_, rerr := tx.ExecContext(ctx, "ROLLBACK TO grouped")
+			if rerr != nil {
+				// The transaction is no longer sound: nothing of it commits.
+				_ = tx.Rollback()
+				for _, other := range batch {
+					if other.err == nil {
+						other.err = fmt.Errorf("group commit: undoing a failed write: %w", interpretError(rerr))
+					}
+				}
+				return
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE grouped"); err != nil && it.err == nil {
+			it.err = interpretError(err)
+		}
+		ran = ran || it.err == nil
+	}
+	if !ran {
+		_ = tx.Rollback()
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		for _, it := range batch {
+			if it.err == nil {
+				it.err = fmt.Errorf("commit (outcome unknown: read the record again): %w", interpretError(err))
+			}
+		}
+		return
+	}
+	s.group.commits.Add(1)
+}

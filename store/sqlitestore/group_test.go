@@ -1,0 +1,97 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/store"
+)
+
+func (s *Store) queued() int {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	return len(s.group.queue)
+}
+
+// Writes that arrive while the writer turn is taken share one commit, and
+// each gets its own result.
+func TestGroupCommitSharesOneCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	s.writer <- struct{}{} // another writer holds the turn
+	const n = 10
+	res := make([]store.ClaimResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			res[i], errs[i] = s.Claim(ctx, store.ClaimParams{Key: fmt.Sprintf("k%d", i), Fingerprint: []byte("fp"), Owner: "o",
+				Lease: time.Minute, Retention: time.Hour})
+		})
+	}
+	for s.queued() < n {
+		time.Sleep(time.Millisecond)
+	}
+	before := s.group.commits.Load()
+	s.unlockWrite()
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || !res[i].Claimed {
+			t.Fatalf("claim %d: %+v %v", i, res[i], errs[i])
+		}
+		if rec, err := s.Get(ctx, fmt.Sprintf("k%d", i)); err != nil || rec.State != store.StateProcessing {
+			t.Fatalf("k%d after the commit: %+v %v", i, rec, err)
+		}
+	}
+	if c := s.group.commits.Load() - before; c != 1 {
+		t.Fatalf("%d claims took %d commits, want 1", n, c)
+	}
+}
+
+// One write of a group that fails is undone alone: the others commit, and
+// a write whose caller has gone never runs.
+func TestGroupCommitFailsAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	claim := func(key string) func(ctx context.Context, tx *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			_, _, err := s.claimOnce(ctx, tx, store.ClaimParams{Key: key, Fingerprint: []byte("fp"), Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			return err
+		}
+	}
+	boom := errors.New("boom")
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	ran := false
+	items := []*groupItem{
+		{ctx: ctx, fn: claim("a"), done: make(chan struct{})},
+		{ctx: ctx, fn: func(ctx context.Context, tx *sql.Tx) error {
+			if err := claim("b")(ctx, tx); err != nil {
+				return err
+			}
+			return boom // after its write: the write is undone
+		}, done: make(chan struct{})},
+		{ctx: gone, fn: func(ctx context.Context, tx *sql.Tx) error { ran = true; return nil }, done: make(chan struct{})},
+		{ctx: ctx, fn: claim("c"), done: make(chan struct{})},
+	}
+	s.group.queue = items
+	s.writer <- struct{}{}
+	s.lead()
+	s.unlockWrite()
+	if items[0].err != nil || !errors.Is(items[1].err, boom) || !errors.Is(items[2].err, context.Canceled) || items[3].err != nil || ran {
+		t.Fatalf("results %v %v %v %v, ran %v", items[0].err, items[1].err, items[2].err, items[3].err, ran)
+	}
+	for key, want := range map[string]bool{"a": true, "b": false, "c": true} {
+		_, err := s.Get(ctx, key)
+		if (err == nil) != want {
+			t.Fatalf("%s after the group: %v, want it there: %v", key, err, want)
+		}
+	}
+}
