@@ -133,7 +133,10 @@ func (s *Store) lead() {
 			it.err = interpretError(err)
 			continue
 		}
-		if it.err = it.fn(it.ctx, tx); it.err != nil {
+		// The group's context, not the caller's: SQLite rolls the whole
+		// transaction back when a statement in it is interrupted, which
+		// would undo the others' writes too.
+		if it.err = it.fn(ctx, tx); it.err != nil {
 			_, rerr := tx.ExecContext(ctx, "ROLLBACK TO grouped")
 			if rerr != nil {
 				// The transaction is no longer sound: nothing of it commits.
