@@ -8,10 +8,9 @@ import (
 	"github.com/idemhq/idem/serve"
 )
 
-// Each item of the idempotency checklist that closes the workflow
-// engine's design notes, as a test: keys never from time, keys scoped by
-// operation, 409 is done, duplicate payloads decided beforehand, the key
-// in the reusable gateway configuration.
+// An idempotency checklist for workflows, one test per item: keys never
+// from time, keys scoped by operation, 409 is done, duplicate payloads
+// decided beforehand, the key in the reusable gateway configuration.
 
 // 1. Never use timestamps: a key that reads the clock or randomness is
 // refused when the definition is stored, at its path.

@@ -266,7 +266,8 @@ func TestTriggerInputSchema(t *testing.T) {
 	e.want(e.call("tok-orders", "POST", "/v1/workflows/checkout/trigger", "", `{"order": {"id": "o-1", "amount": 5}}`), 201, "")
 }
 
-// Read-Verify-Write composed from steps, as the design notes draw it: a
+// Read-Verify-Write composed from steps, the pattern for targets without
+// keys: a
 // GET gateway whose 404 is data (clientErrorMode: complete), a condition
 // on the edges, and the POST only when the read found nothing. A second
 // run of the same order reads the shipment and ends without writing.
