@@ -37,7 +37,7 @@ import (
 //     reach on that store.
 //
 //     go test -run '^$' -bench 'Proxy|Middleware|StoreAlone' -benchtime 3s ./proxy/
-var benchStores = []string{"Memory", "SQLite", "Postgres", "Redis"}
+var benchStores = []string{"Memory", "SQLite", "SQLiteNormal", "Postgres", "Redis"}
 
 const benchBody = `{"amount":100,"currency":"eur"}`
 

@@ -35,10 +35,18 @@ func openStores(tb testing.TB, kind string, n int, now func() time.Time) []store
 			tb.Fatal("the memory store lives in one process: it cannot be shared")
 		}
 		out[0] = memstore.New(&memstore.Config{Now: now})
-	case "SQLite":
+	case "SQLite", "SQLiteNormal":
+		// SQLiteNormal is the weaker synchronous=NORMAL, for benchmarks
+		// only: the ceiling group commit is measured against.
+		var ocfg *sqlitestore.OpenConfig
+		cfg := &sqlitestore.Config{Now: now}
+		if kind == "SQLiteNormal" {
+			ocfg = &sqlitestore.OpenConfig{Synchronous: sqlitestore.SynchronousNormal, AllowWeakDurability: true}
+			cfg.AllowWeakDurability = true
+		}
 		path := filepath.Join(tb.TempDir(), "idem.db")
 		for i := range out {
-			db, err := sqlitestore.Open(path, nil)
+			db, err := sqlitestore.Open(path, ocfg)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -48,7 +56,7 @@ func openStores(tb testing.TB, kind string, n int, now func() time.Time) []store
 					tb.Fatal(err)
 				}
 			}
-			s, err := sqlitestore.New(db, &sqlitestore.Config{Now: now})
+			s, err := sqlitestore.New(db, cfg)
 			if err != nil {
 				tb.Fatal(err)
 			}
