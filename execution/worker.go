@@ -96,17 +96,23 @@ func (en *Engine[TX]) ClaimManyTx(ctx context.Context, tx TX, types []string, ow
 	return out, nil
 }
 
-// owners reads the task and execution of st in tx.
-func (en *Engine[TX]) owners(ctx context.Context, tx TX, st store.Step) (store.Task, store.Execution, error) {
-	e, err := en.s.GetExecutionTx(ctx, tx, st.App, st.ExecutionID)
+// run reads the application's execution and its task in tx (ErrNotFound
+// for either missing).
+func (en *Engine[TX]) run(ctx context.Context, tx TX, app, executionID string) (store.Task, store.Execution, error) {
+	e, err := en.s.GetExecutionTx(ctx, tx, app, executionID)
 	if err != nil {
 		return store.Task{}, store.Execution{}, notFound(err)
 	}
-	task, err := en.s.GetTaskTx(ctx, tx, st.App, e.TaskID)
+	task, err := en.s.GetTaskTx(ctx, tx, app, e.TaskID)
 	if err != nil {
 		return store.Task{}, store.Execution{}, notFound(err)
 	}
 	return task, e, nil
+}
+
+// owners reads the task and execution of st in tx.
+func (en *Engine[TX]) owners(ctx context.Context, tx TX, st store.Step) (store.Task, store.Execution, error) {
+	return en.run(ctx, tx, st.App, st.ExecutionID)
 }
 
 // held reads a step a worker writes to under epoch: ErrFenced when epoch
@@ -436,13 +442,9 @@ func (en *Engine[TX]) backoff(tc TypeConfig, attempts int) time.Duration {
 // CANCELING and its worker is told on its next heartbeat; a repeat
 // changes nothing. A finished execution is ErrIllegalTransition.
 func (en *Engine[TX]) CancelTx(ctx context.Context, tx TX, app, executionID string) (store.Execution, error) {
-	e, err := en.s.GetExecutionTx(ctx, tx, app, executionID)
+	task, e, err := en.run(ctx, tx, app, executionID)
 	if err != nil {
-		return store.Execution{}, notFound(err)
-	}
-	task, err := en.s.GetTaskTx(ctx, tx, app, e.TaskID)
-	if err != nil {
-		return store.Execution{}, notFound(err)
+		return store.Execution{}, err
 	}
 	steps, err := en.s.ListStepsTx(ctx, tx, app, executionID)
 	if err != nil {
@@ -607,13 +609,9 @@ type StartOver struct {
 // so targets absorb the repeat of what the old run did). The execution
 // must be its task's current one and finished (ErrIllegalTransition).
 func (en *Engine[TX]) StartOverTx(ctx context.Context, tx TX, app, executionID string, so StartOver) (store.Execution, error) {
-	cur, err := en.s.GetExecutionTx(ctx, tx, app, executionID)
+	task, cur, err := en.run(ctx, tx, app, executionID)
 	if err != nil {
-		return store.Execution{}, notFound(err)
-	}
-	task, err := en.s.GetTaskTx(ctx, tx, app, cur.TaskID)
-	if err != nil {
-		return store.Execution{}, notFound(err)
+		return store.Execution{}, err
 	}
 	if task.CurrentExecution != cur.ID {
 		return store.Execution{}, fmt.Errorf("%w: execution %s was started over already (by %s)", ErrIllegalTransition, cur.ID, task.CurrentExecution)
@@ -656,13 +654,9 @@ func (en *Engine[TX]) rerun(ctx context.Context, tx TX, task store.Task, cur sto
 // the action and who took it), reported like every event (OnEventTx): the
 // audit of retries, start overs and cancels.
 func (en *Engine[TX]) RecordTx(ctx context.Context, tx TX, app, executionID, action, actor string) error {
-	e, err := en.s.GetExecutionTx(ctx, tx, app, executionID)
+	task, e, err := en.run(ctx, tx, app, executionID)
 	if err != nil {
-		return notFound(err)
-	}
-	task, err := en.s.GetTaskTx(ctx, tx, app, e.TaskID)
-	if err != nil {
-		return notFound(err)
+		return err
 	}
 	ev := en.event(task, e, "idem.execution.operator", nil)
 	var d map[string]any
@@ -692,13 +686,9 @@ func (en *Engine[TX]) RecordTx(ctx context.Context, tx TX, app, executionID, act
 // TIMED_OUT, or FAILED after its last step completed) is
 // ErrIllegalTransition.
 func (en *Engine[TX]) RetryTx(ctx context.Context, tx TX, app, executionID string) (store.Execution, error) {
-	e, err := en.s.GetExecutionTx(ctx, tx, app, executionID)
+	task, e, err := en.run(ctx, tx, app, executionID)
 	if err != nil {
-		return store.Execution{}, notFound(err)
-	}
-	task, err := en.s.GetTaskTx(ctx, tx, app, e.TaskID)
-	if err != nil {
-		return store.Execution{}, notFound(err)
+		return store.Execution{}, err
 	}
 	steps, err := en.s.ListStepsTx(ctx, tx, app, executionID)
 	if err != nil {
