@@ -89,21 +89,7 @@ func (srv *Server[TX]) hook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, outcome, err := srv.fire(r.Context(), appName, name, wf, version, body, "webhook-"+id, true, true)
-	switch {
-	case isStoreError(err):
-		srv.unavailable(w, r, err)
-	case errors.Is(err, ErrTriggerInvalid):
-		srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
-	case err != nil:
-		srv.failed(w, r, err)
-	case outcome == fireReused:
-		srv.problem(w, problem.SlugKeyReused, http.StatusUnprocessableEntity, "this event's id names a run of another payload")
-	case outcome == fireMerged:
-		w.Header().Set("Idempotent-Replayed", "true")
-		reply(w, http.StatusOK, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
-	default:
-		reply(w, http.StatusCreated, started{Execution: executionOf(e), Workflow: name, Version: e.Version})
-	}
+	srv.replyFired(w, r, name, e, outcome, err, "this event's id names a run of another payload")
 }
 
 // hookSecrets reads the values of the webhook's secrets (those the

@@ -118,16 +118,19 @@ func (srv *Server[TX]) start(w http.ResponseWriter, r *http.Request, test bool) 
 		return
 	}
 	e, outcome, err := srv.fire(r.Context(), app, name, wf, version, payload, q.Get("clientIdempotencyId"), !test, false)
+	srv.replyFired(w, r, name, e, outcome, err, "this trigger's identity names an execution of another payload")
+}
+
+// replyFired answers what fire did: 201 a new run, 200 with
+// Idempotent-Replayed the run the identity names, 422 an identity reused
+// with another payload (reused says so), or fire's error (failed: 422
+// trigger-invalid, 503 for the store).
+func (srv *Server[TX]) replyFired(w http.ResponseWriter, r *http.Request, name string, e store.Execution, outcome fireOutcome, err error, reused string) {
 	switch {
-	case isStoreError(err):
-		srv.unavailable(w, r, err)
-	case errors.Is(err, ErrTriggerInvalid):
-		srv.problem(w, problem.SlugTriggerInvalid, http.StatusUnprocessableEntity, err.Error())
 	case err != nil:
 		srv.failed(w, r, err)
 	case outcome == fireReused:
-		srv.problem(w, problem.SlugKeyReused, http.StatusUnprocessableEntity,
-			"this trigger's identity names an execution of another payload")
+		srv.problem(w, problem.SlugKeyReused, http.StatusUnprocessableEntity, reused)
 	case outcome == fireMerged:
 		w.Header().Set("Idempotent-Replayed", "true")
 		reply(w, http.StatusOK, started{Execution: executionOf(e), Workflow: name, Version: e.Version})

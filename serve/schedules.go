@@ -8,12 +8,6 @@ import (
 	"github.com/idemhq/idem/workflow"
 )
 
-// scheduled is where one stored version's schedule stands in this
-// process: its ticks up to after are handled.
-type scheduled struct {
-	after time.Time
-}
-
 // RunSchedules starts the runs of the workflows' schedules (an
 // ENTRY_POINT's "schedule") until ctx ends, looking every
 // Config.ScheduleInterval. Each tick starts a run whose identity is the
@@ -25,7 +19,7 @@ type scheduled struct {
 // as its catchUp says: the latest one (the default), all of them (at most
 // workflow.MaxCatchUp), or none.
 func (srv *Server[TX]) RunSchedules(ctx context.Context) error {
-	seen := map[compiledKey]*scheduled{}
+	seen := map[compiledKey]time.Time{} // a version's schedule: its ticks up to this are handled here
 	return loop.Every(ctx, srv.cfg.ScheduleInterval, func() bool {
 		srv.schedule(ctx, seen)
 		srv.settled()
@@ -34,7 +28,7 @@ func (srv *Server[TX]) RunSchedules(ctx context.Context) error {
 }
 
 // schedule fires the ticks that came due since the last look.
-func (srv *Server[TX]) schedule(ctx context.Context, seen map[compiledKey]*scheduled) {
+func (srv *Server[TX]) schedule(ctx context.Context, seen map[compiledKey]time.Time) {
 	defs, err := srv.s.LatestDefinitions(ctx, workflow.Kind)
 	if err != nil {
 		srv.cfg.Logger.WarnContext(ctx, "serve: reading the workflows' schedules failed", "error", err)
@@ -54,9 +48,9 @@ func (srv *Server[TX]) schedule(ctx context.Context, seen map[compiledKey]*sched
 		if s == nil {
 			continue
 		}
-		st := seen[k]
+		after, known := seen[k]
 		var ticks []time.Time
-		if st == nil {
+		if !known {
 			floor := d.CreatedAt
 			if w := now.Add(-wf.Window()); w.After(floor) {
 				floor = w
@@ -72,12 +66,10 @@ func (srv *Server[TX]) schedule(ctx context.Context, seen map[compiledKey]*sched
 				}
 				ticks = s.Ticks(floor, now, 1)
 			}
-			st = &scheduled{}
-			seen[k] = st
 		} else {
-			ticks = s.Ticks(st.after, now, workflow.MaxCatchUp)
+			ticks = s.Ticks(after, now, workflow.MaxCatchUp)
 		}
-		st.after = now
+		seen[k] = now
 		for _, tick := range ticks {
 			_, outcome, err := srv.fire(ctx, d.App, d.Name, wf, d.Version, s.Payload(tick), s.ClientID(tick), true, true)
 			if isStoreError(err) || (err != nil && ctx.Err() == nil && !isTriggerInvalid(err)) {
@@ -85,7 +77,7 @@ func (srv *Server[TX]) schedule(ctx context.Context, seen map[compiledKey]*sched
 				// looked at again next time.
 				srv.cfg.Logger.WarnContext(ctx, "serve: a schedule's tick could not start its run", "app", d.App, "workflow", d.Name,
 					"tick", tick, "error", err)
-				st.after = tick.Add(-time.Nanosecond)
+				seen[k] = tick.Add(-time.Nanosecond)
 				break
 			}
 			if err != nil || outcome == fireReused {

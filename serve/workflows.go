@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -155,9 +154,6 @@ func (srv *Server[TX]) definitionOptions(ctx context.Context) (*workflow.Options
 	return opts, nil
 }
 
-// secretName is what may name a secret, as "{{ secrets.NAME }}" reads it.
-var secretName = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
-
 // maxSecret bounds a secret's value.
 const maxSecret = 8 << 10
 
@@ -165,7 +161,7 @@ const maxSecret = 8 << 10
 // never shown back.
 func (srv *Server[TX]) putSecret(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if !secretName.MatchString(name) {
+	if !workflow.ValidSecretName(name) {
 		srv.problem(w, problem.SlugRequestInvalid, http.StatusBadRequest, "name: 1 to 64 letters, digits and '_'")
 		return
 	}

@@ -24,6 +24,10 @@ func (w *Workflow) Webhook() *Webhook { return w.webhook }
 
 var secretNamePattern = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
 
+// ValidSecretName reports whether name may name an application's secret:
+// 1 to 64 letters, digits and '_', as "{{ secrets.NAME }}" reads it.
+func ValidSecretName(name string) bool { return secretNamePattern.MatchString(name) }
+
 // webhookConfig reads an ENTRY_POINT's webhook: {"scheme", "secrets"}.
 func (c *compiler) webhookConfig(at string, raw json.RawMessage) *Webhook {
 	var cfg map[string]json.RawMessage
@@ -42,7 +46,7 @@ func (c *compiler) webhookConfig(at string, raw json.RawMessage) *Webhook {
 	for i, name := range h.Secrets {
 		p := fmt.Sprintf("%s/secrets/%d", at, i)
 		switch {
-		case !secretNamePattern.MatchString(name):
+		case !ValidSecretName(name):
 			c.probs.add(p, "%q: a secret's name, 1 to 64 letters, digits and '_'", name)
 		case c.opts.Secrets != nil && !slices.Contains(c.opts.Secrets, name):
 			c.probs.add(p, "no secret %q in this application", name)

@@ -4,18 +4,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/workflow"
 )
-
-// secretNamePattern is what may name a secret, as "{{ secrets.NAME }}"
-// reads it.
-var secretNamePattern = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
 
 // newSecretCmd is `idem secret`: an application's secrets, for its
 // workflows' headers, from a terminal. Values are read from stdin, never
@@ -51,7 +47,7 @@ func newSecretCmd() *cobra.Command {
 		return fn(s)
 	}
 	name := func(args []string) error {
-		if len(args) != 1 || !secretNamePattern.MatchString(args[0]) {
+		if len(args) != 1 || !workflow.ValidSecretName(args[0]) {
 			return usagef("one secret NAME: 1 to 64 letters, digits and '_'")
 		}
 		return nil
