@@ -140,6 +140,20 @@ func (s *scanner) ws() {
 	}
 }
 
+// element checks a member's or an item's value and moves past it and the
+// comma after it, if any.
+func (s *scanner) element() error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	s.ws()
+	if s.peek() == ',' {
+		s.i++
+		s.ws()
+	}
+	return nil
+}
+
 // check validates the value at s.i and moves past it.
 func (s *scanner) check() error {
 	switch s.peek() {
@@ -159,13 +173,8 @@ func (s *scanner) check() error {
 			s.ws()
 			s.i++ // ':'
 			s.ws()
-			if err := s.check(); err != nil {
+			if err := s.element(); err != nil {
 				return err
-			}
-			s.ws()
-			if s.peek() == ',' {
-				s.i++
-				s.ws()
 			}
 		}
 		s.i++ // '}'
@@ -173,13 +182,8 @@ func (s *scanner) check() error {
 		s.i++
 		s.ws()
 		for s.i < len(s.b) && s.peek() != ']' {
-			if err := s.check(); err != nil {
+			if err := s.element(); err != nil {
 				return err
-			}
-			s.ws()
-			if s.peek() == ',' {
-				s.i++
-				s.ws()
 			}
 		}
 		s.i++ // ']'
