@@ -68,11 +68,22 @@ func getenv(name, def string) string {
 	return def
 }
 
-// close runs the cleanups, last registered first.
-func (e *env) close() {
-	for i := len(e.cleanups) - 1; i >= 0; i-- {
+// mark returns a point in the cleanups, for release.
+func (e *env) mark() int { return len(e.cleanups) }
+
+// release runs the cleanups registered since mark, last registered
+// first: a setup gives its pools back before the next one opens its own,
+// so that the run stays well under PostgreSQL's max_connections.
+func (e *env) release(mark int) {
+	for i := len(e.cleanups) - 1; i >= mark; i-- {
 		e.cleanups[i]()
 	}
+	e.cleanups = e.cleanups[:mark]
+}
+
+// close runs every cleanup, last registered first.
+func (e *env) close() {
+	e.release(0)
 	_ = e.redis.Close()
 	_ = os.RemoveAll(e.dir)
 }

@@ -126,7 +126,9 @@ func openIdemServe(ctx context.Context, e *env, worked func(string), cfg *key.Co
 	if err != nil {
 		return nil, nil, err
 	}
-	go func() { _ = w.Run(ctx) }()
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = w.Run(ctx) }()
+	e.cleanups = append(e.cleanups, func() { <-ran }) // after ctx ends, before the pool closes
 	second := func() (executor, error) {
 		p, err := e.pool(ctx, pool)
 		if err != nil {
@@ -211,12 +213,11 @@ func openRiver(ctx context.Context, e *env, worked func(string)) (executor, func
 	if err := client.Start(ctx); err != nil {
 		return nil, nil, err
 	}
-	go func() {
-		<-ctx.Done()
+	e.cleanups = append(e.cleanups, func() { // before the pool closes
 		stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = client.Stop(stop)
-	}()
+	})
 	second := func() (executor, error) {
 		p, err := e.pool(ctx, pool)
 		if err != nil {
@@ -336,9 +337,11 @@ func waitCompleted(ctx context.Context, x executor, t *tracker, want, runs int64
 func runExecutions(ctx context.Context, e *env, opts options) ([]line, error) {
 	var out []line
 	for _, s := range execSetups {
+		mark := e.mark()
 		wctx, stop := context.WithCancel(ctx)
 		lines, err := runExecSetup(wctx, e, opts, s)
-		stop()
+		stop()          // the worker stops,
+		e.release(mark) // then its pools close
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}

@@ -332,26 +332,38 @@ func runStores(ctx context.Context, e *env, opts options) ([]line, error) {
 	var out []line
 	for _, row := range storeRows {
 		for _, s := range row.setups {
-			c, err := s.open(ctx, e)
+			lines, err := runStore(ctx, e, opts, row.name, s)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.name, err)
 			}
-			ks := newKeys()
-			var check storeCheck
-			if check.taken, check.lateErr, err = c.abandon(ctx, ks.next(), checkLease); err != nil {
-				return nil, fmt.Errorf("%s: check: %w", s.name, err)
-			}
-			for _, n := range opts.clients {
-				opts.logger.Info("measuring", "row", row.name, "peer", s.name, "clients", n)
-				r, err := drive(ctx, n, opts.duration, func(ctx context.Context, _ int) error {
-					return c.claimComplete(ctx, ks.next())
-				})
-				if err != nil {
-					return nil, fmt.Errorf("%s, %d clients: %w", s.name, n, err)
-				}
-				out = append(out, line{row: row.name, peer: s.name, idem: s.idem, clients: n, result: r, unit: "ops/s", guarantees: check.String(), kept: check.ok()})
-			}
+			out = append(out, lines...)
 		}
+	}
+	return out, nil
+}
+
+// runStore measures one setup of a row, and closes what it opened.
+func runStore(ctx context.Context, e *env, opts options, row string, s storeSetup) ([]line, error) {
+	defer e.release(e.mark())
+	c, err := s.open(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	ks := newKeys()
+	var check storeCheck
+	if check.taken, check.lateErr, err = c.abandon(ctx, ks.next(), checkLease); err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	var out []line
+	for _, n := range opts.clients {
+		opts.logger.Info("measuring", "row", row, "peer", s.name, "clients", n)
+		r, err := drive(ctx, n, opts.duration, func(ctx context.Context, _ int) error {
+			return c.claimComplete(ctx, ks.next())
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%d clients: %w", n, err)
+		}
+		out = append(out, line{row: row, peer: s.name, idem: s.idem, clients: n, result: r, unit: "ops/s", guarantees: check.String(), kept: check.ok()})
 	}
 	return out, nil
 }
