@@ -19,7 +19,8 @@ const claimAttempts = 8
 
 // Claim implements store.Store in one statement (sql/claim.sql): a replay or
 // an in-flight duplicate is answered by a read alone, and a grant is an
-// INSERT ... ON CONFLICT DO UPDATE whose WHERE is the takeover rule.
+// INSERT ... ON CONFLICT DO UPDATE whose WHERE is the takeover rule, which
+// may share its commit with other writes (group.go).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	key, fingerprint, owner := []byte(p.Key), orEmpty(p.Fingerprint), []byte(p.Owner)
 	// Replays and duplicates are the common case after the first request:
@@ -42,8 +43,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 			claimed bool
 			now     time.Time
 		)
-		err := s.pool.QueryRow(ctx, claimSQL, key, fingerprint, owner,
-			p.Lease.Microseconds(), p.Retention.Microseconds(), s.clock()).Scan(append(row.dest(&claimed), &now)...)
+		err := s.grouped(ctx, p.Key, claimSQL, []any{key, fingerprint, owner,
+			p.Lease.Microseconds(), p.Retention.Microseconds(), s.clock()}, func(r groupResult) error {
+			return r.QueryRow().Scan(append(row.dest(&claimed), &now)...)
+		})
 		if err == nil {
 			return store.ClaimResult{Claimed: claimed, Record: row.record(p.Key), Now: now.UTC()}, nil
 		}

@@ -6,3 +6,33 @@ var ClaimSQL = claimSQL
 
 // Migrations lets tests migrate down, which Migrate never does.
 var Migrations = migrations
+
+// HoldGroup takes every group turn, so that writes queue until release.
+func HoldGroup(s *Store) (release func()) {
+	for range cap(s.group.turns) {
+		s.group.turns <- struct{}{}
+	}
+	return func() {
+		for range cap(s.group.turns) {
+			<-s.group.turns
+		}
+	}
+}
+
+// GroupQueued is the number of writes waiting for a turn.
+func GroupQueued(s *Store) int {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	return len(s.group.queue)
+}
+
+// GroupStats returns the number of group commits of more than one write,
+// and the number of writes they held.
+func GroupStats(s *Store) (commits, items int64) {
+	return s.group.commits.Load(), s.group.items.Load()
+}
+
+// SetGroupLeaders sets how many groups may run at once, and returns the
+// previous number. With as many as there are callers, no write ever waits
+// and groups never form: every write is its own autocommit.
+func SetGroupLeaders(n int) (old int) { old, groupLeaders = groupLeaders, n; return old }

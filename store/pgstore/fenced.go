@@ -22,34 +22,32 @@ type execer interface {
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
-	return s.complete(ctx, s.pool, p)
+	return s.groupedFence(ctx, "complete", p.Fence, completeSQL, p.Response, p.Retention.Microseconds(), s.clock())
 }
 
 // CompleteTx implements store.TxStore: Complete inside tx, so that it
 // commits or rolls back with the caller's own writes in tx. On ErrFenced
 // the caller must roll tx back.
 func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, p store.CompleteParams) error {
-	return s.complete(ctx, tx, p)
-}
-
-func (s *Store) complete(ctx context.Context, db execer, p store.CompleteParams) error {
-	return fenced(ctx, db, "complete", p.Fence, completeSQL, p.Response, p.Retention.Microseconds(), s.clock())
+	return fenced(ctx, tx, "complete", p.Fence, completeSQL, p.Response, p.Retention.Microseconds(), s.clock())
 }
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
-	return fenced(ctx, s.pool, "release", f, releaseSQL)
+	return s.groupedFence(ctx, "release", f, releaseSQL)
 }
 
 // MarkUnknown implements store.Store.
 func (s *Store) MarkUnknown(ctx context.Context, f store.Fence) error {
-	return fenced(ctx, s.pool, "mark unknown", f, markUnknownSQL)
+	return s.groupedFence(ctx, "mark unknown", f, markUnknownSQL)
 }
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, f store.Fence, lease time.Duration) (time.Time, error) {
 	var until time.Time
-	err := s.pool.QueryRow(ctx, extendSQL, fenceArgs(f, lease.Microseconds(), s.clock())...).Scan(&until)
+	err := s.grouped(ctx, f.Key, extendSQL, fenceArgs(f, lease.Microseconds(), s.clock()), func(r groupResult) error {
+		return r.QueryRow().Scan(&until)
+	})
 	if err = interpretError(err); errors.Is(err, store.ErrNotFound) { // no row for this fence
 		return time.Time{}, store.ErrFenced
 	}
@@ -63,6 +61,24 @@ func (s *Store) Extend(ctx context.Context, f store.Fence, lease time.Duration) 
 // the rest are more, and turns "no row updated" into ErrFenced.
 func fenced(ctx context.Context, db execer, op string, f store.Fence, sql string, more ...any) error {
 	tag, err := db.Exec(ctx, sql, fenceArgs(f, more...)...)
+	if err != nil {
+		return fmt.Errorf("idem/pgstore: %s %q: %w", op, f.Key, interpretError(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrFenced
+	}
+	return nil
+}
+
+// groupedFence is fenced through the group (group.go): the writes of claim
+// holders outside their own transactions.
+func (s *Store) groupedFence(ctx context.Context, op string, f store.Fence, sql string, more ...any) error {
+	var tag pgconn.CommandTag
+	err := s.grouped(ctx, f.Key, sql, fenceArgs(f, more...), func(r groupResult) error {
+		var err error
+		tag, err = r.Exec()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("idem/pgstore: %s %q: %w", op, f.Key, interpretError(err))
 	}

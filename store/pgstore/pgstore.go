@@ -48,6 +48,8 @@ type Store struct {
 	now     func() time.Time
 	logger  *slog.Logger
 	durable bool
+	// group runs the writes of request keys in group commits (group.go).
+	group *group
 	// enqueueSQL is outbox_enqueue.sql, without its pg_notify under
 	// Config.OutboxNotifyAfterCommit.
 	enqueueSQL string
@@ -72,7 +74,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	s := &Store{pool: pool, now: cfg.Now, logger: cfg.Logger, enqueueSQL: outboxEnqueueSQL}
+	s := &Store{pool: pool, now: cfg.Now, logger: cfg.Logger, enqueueSQL: outboxEnqueueSQL, group: newGroup()}
 	if cfg.OutboxNotifyAfterCommit {
 		s.enqueueSQL = outboxEnqueueQuietSQL
 	}

@@ -1,0 +1,206 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Group commit for the short writes of request keys (claim, complete,
+// extend, release, mark unknown) made outside a caller's transaction.
+//
+// At most groupLeaders groups run at once. A write that finds a free turn
+// runs at once: alone, it is one autocommit statement, as without groups.
+// Writes that arrive while every turn is taken wait in a queue, and the
+// next caller to get a turn runs all of them as one pipeline (pgx.Batch):
+// one round trip, which PostgreSQL runs as one implicit transaction, so one
+// commit and one WAL flush for all of them.
+//
+// Each write keeps its own outcome: a fence that no longer holds updates no
+// row and fails that write alone. A statement error aborts the implicit
+// transaction, so nothing of the group took effect; each write then runs
+// again alone, and returns its own outcome. Any other failure of the group
+// (a broken connection, a failed commit) returns that error to every write
+// of it, as the same failure would to a lone autocommit. A write is
+// acknowledged only after the group's commit.
+//
+// The writes of a group run in the order of their keys, so that two groups
+// running at once take row locks in the same order and never deadlock.
+
+// groupLeaders is the number of groups that may run at once.
+var groupLeaders = 2
+
+// groupTimeout bounds a group's round trip.
+const groupTimeout = 30 * time.Second
+
+// groupItem is one write waiting for a group.
+type groupItem struct {
+	ctx context.Context
+	// key orders the group's statements.
+	key string
+	// sql and args are the statement.
+	sql  string
+	args []any
+	// read takes the statement's results: its row (query) or its command
+	// tag (exec). It returns the write's own outcome (ErrFenced, no row)
+	// or the error that failed the statement.
+	read func(r groupResult) error
+	err  error
+	done chan struct{}
+}
+
+// groupResult is how a write reads its statement's results, from a batch or
+// from a lone statement alike.
+type groupResult interface {
+	QueryRow() pgx.Row
+	Exec() (pgconn.CommandTag, error)
+}
+
+// group holds the writes waiting for a turn.
+type group struct {
+	turns chan struct{}
+	mu    sync.Mutex
+	queue []*groupItem
+	// commits counts the groups of more than one write that committed,
+	// and items their writes (for tests and benchmarks).
+	commits, items atomic.Int64
+}
+
+func newGroup() *group { return &group{turns: make(chan struct{}, groupLeaders)} }
+
+// grouped runs one write through the group and returns its outcome.
+func (s *Store) grouped(ctx context.Context, key, sql string, args []any, read func(groupResult) error) error {
+	it := &groupItem{ctx: ctx, key: key, sql: sql, args: args, read: read, done: make(chan struct{})}
+	g := s.group
+	g.mu.Lock()
+	g.queue = append(g.queue, it)
+	g.mu.Unlock()
+	for {
+		select {
+		case <-it.done:
+			return it.err
+		case g.turns <- struct{}{}:
+			s.lead()
+			<-g.turns
+			<-it.done
+			return it.err
+		case <-ctx.Done():
+			if s.unqueue(it) {
+				return ctx.Err()
+			}
+			// A leader took it: its result comes.
+			<-it.done
+			return it.err
+		}
+	}
+}
+
+// unqueue takes it off the queue, if no leader took it yet.
+func (s *Store) unqueue(it *groupItem) bool {
+	g := s.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, q := range g.queue {
+		if q == it {
+			g.queue = slices.Delete(g.queue, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// lead runs what waits, as one group. The caller holds a turn.
+func (s *Store) lead() {
+	g := s.group
+	g.mu.Lock()
+	batch := g.queue
+	g.queue = nil
+	g.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	defer func() {
+		for _, it := range batch {
+			close(it.done)
+		}
+	}()
+	live := batch[:0:0]
+	for _, it := range batch {
+		if it.err = it.ctx.Err(); it.err == nil {
+			live = append(live, it)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		s.alone(live[0])
+		return
+	}
+	slices.SortStableFunc(live, func(a, b *groupItem) int { return cmp.Compare(a.key, b.key) })
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, it := range live {
+		b.Queue(it.sql, it.args...)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	var stmtErr error
+	for _, it := range live {
+		if stmtErr != nil {
+			break
+		}
+		it.err = it.read(br)
+		var pgErr *pgconn.PgError
+		if errors.As(it.err, &pgErr) {
+			stmtErr = it.err
+		}
+	}
+	err := br.Close()
+	if stmtErr == nil && err == nil {
+		g.commits.Add(1)
+		g.items.Add(int64(len(live)))
+		return
+	}
+	var pgErr *pgconn.PgError
+	if stmtErr != nil || errors.As(err, &pgErr) {
+		// A statement failed, so the implicit transaction rolled back and
+		// none of the group's writes took effect: each runs again alone,
+		// for its own outcome.
+		for _, it := range live {
+			s.alone(it)
+		}
+		return
+	}
+	for _, it := range live {
+		it.err = fmt.Errorf("group commit: %w", err)
+	}
+}
+
+// alone runs one write as its own autocommit statement.
+func (s *Store) alone(it *groupItem) {
+	if it.err = it.ctx.Err(); it.err == nil {
+		it.err = it.read(loneResult{ctx: it.ctx, s: s, it: it})
+	}
+}
+
+// loneResult runs a write's statement on the pool when it reads it.
+type loneResult struct {
+	ctx context.Context
+	s   *Store
+	it  *groupItem
+}
+
+func (l loneResult) QueryRow() pgx.Row { return l.s.pool.QueryRow(l.ctx, l.it.sql, l.it.args...) }
+
+func (l loneResult) Exec() (pgconn.CommandTag, error) {
+	return l.s.pool.Exec(l.ctx, l.it.sql, l.it.args...)
+}
