@@ -36,3 +36,6 @@ func GroupStats(s *Store) (commits, items int64) {
 // previous number. With as many as there are callers, no write ever waits
 // and groups never form: every write is its own autocommit.
 func SetGroupLeaders(n int) (old int) { old, groupLeaders = groupLeaders, n; return old }
+
+// OnGroupSent sets the hook run when a group's pipeline has been sent.
+func OnGroupSent(f func(keys []string)) { groupSent = f }

@@ -38,6 +38,11 @@ import (
 // groupLeaders is the number of groups that may run at once.
 var groupLeaders = 2
 
+// groupSent, when set (by tests), runs after a group's pipeline is sent and
+// before its results are read, with the keys of its writes: the moment a
+// crash test kills the process with a group in flight.
+var groupSent func(keys []string)
+
 // groupTimeout bounds a group's round trip.
 const groupTimeout = 30 * time.Second
 
@@ -153,6 +158,13 @@ func (s *Store) lead() {
 		b.Queue(it.sql, it.args...)
 	}
 	br := s.pool.SendBatch(ctx, b)
+	if groupSent != nil {
+		keys := make([]string, len(live))
+		for i, it := range live {
+			keys[i] = it.key
+		}
+		groupSent(keys)
+	}
 	var stmtErr error
 	for _, it := range live {
 		if stmtErr != nil {
