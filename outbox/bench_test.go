@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,10 +68,12 @@ func benchIdem[TX any](b *testing.B, s interface {
 			b.Fatal(err)
 		}
 	}
+	start := time.Now()
 	if err := r.Drain(ctx); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "intents/s")
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "drained/s")
 }
 
 // baselineLoop is the hand-written relay: select a batch, post it 8 at a
@@ -214,6 +217,16 @@ func BenchmarkOutbox(b *testing.B) {
 			tg := newBenchTarget(b)
 			r, err := outbox.New(s, &outbox.Config{Targets: []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: orderKey("charge-")}},
 				Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchIdem[pgx.Tx](b, s, r, order)
+		})
+		b.Run("idem-wide", func(b *testing.B) {
+			s := open(b)
+			tg := newBenchTarget(b)
+			r, err := outbox.New(s, &outbox.Config{Targets: []outbox.Target{{Name: "pay", URL: tg.srv.URL, Key: orderKey("charge-")}},
+				Batch: 256, Concurrency: 32, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				b.Fatal(err)
 			}

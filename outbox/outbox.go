@@ -147,7 +147,8 @@ type Config struct {
 	// Retention. Defaults to DefaultSweepInterval (1 h).
 	SweepInterval time.Duration
 	// Client sends the requests. Defaults to an http.Client that follows no
-	// redirects. A client that follows redirects is refused.
+	// redirects and keeps Concurrency idle connections per target. A client
+	// that follows redirects is refused.
 	Client *http.Client
 	// Now is the relay's clock. Defaults to time.Now.
 	Now func() time.Time
@@ -215,7 +216,13 @@ func (c *Config) withDefaults() (Config, map[string]*Target, error) {
 	}
 	o.Hooks = o.Hooks.withDefaults()
 	if o.Client == nil {
-		o.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		// Keep a connection per delivery that may run at once: with the
+		// default transport's two idle connections per host, every other
+		// delivery to a target would open (and leave in TIME_WAIT) a
+		// connection of its own.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = o.Concurrency
+		o.Client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	} else if o.Client.CheckRedirect == nil {
 		return Config{}, nil, fmt.Errorf("%w: Client follows redirects; set CheckRedirect to return http.ErrUseLastResponse", ErrBadConfig)
 	}

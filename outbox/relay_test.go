@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -540,5 +541,37 @@ func TestRunSweeper(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("RunSweeper returned %v, want context.Canceled", err)
+	}
+}
+
+// TestRelayReusesConnections: the default client keeps a connection per
+// delivery that may run at once, so that a busy relay does not open a
+// connection (and leave one in TIME_WAIT) for most of its deliveries.
+func TestRelayReusesConnections(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond) // deliveries overlap
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	f := newFixture()
+	const concurrency, n = 8, 400
+	r := f.relay(t, []outbox.Target{{Name: "pay", URL: srv.URL, Key: orderKey("charge-")}}, func(c *outbox.Config) {
+		c.Concurrency = concurrency
+	})
+	for i := range n {
+		f.enqueue(t, r, charge("o-"+strconv.Itoa(i)))
+	}
+	if err := r.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := conns.Load(); got > 2*concurrency {
+		t.Fatalf("%d deliveries, %d at once, opened %d connections; want at most %d", n, concurrency, got, 2*concurrency)
 	}
 }
