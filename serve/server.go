@@ -69,7 +69,10 @@ type Config struct {
 	// OutboxHooks are the callbacks relay's (outbox.Config.Hooks).
 	OutboxHooks outbox.Hooks
 	// GatewayClient sends workflows' GATEWAY requests (each has its
-	// vertex's timeout). Defaults to http.DefaultClient.
+	// vertex's timeout). Defaults to a client like http.DefaultClient that
+	// keeps WorkflowConcurrency idle connections per host (the default
+	// transport keeps two: most steps to one target would open a
+	// connection each).
 	GatewayClient *http.Client
 	// Secrets, when set, returns an application's secret, for the
 	// "{{ secrets.NAME }}" in its workflows' headers, from a secret
@@ -155,6 +158,11 @@ func New[TX any](s Store[TX], cfg *Config) (*Server[TX], error) {
 	}
 	if c.WorkflowConcurrency == 0 {
 		c.WorkflowConcurrency = DefaultWorkflowConcurrency
+	}
+	if c.GatewayClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = c.WorkflowConcurrency
+		c.GatewayClient = &http.Client{Transport: tr}
 	}
 	if c.ProblemBase == "" {
 		c.ProblemBase = problem.DefaultBase
