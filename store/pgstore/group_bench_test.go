@@ -2,7 +2,9 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,28 +19,31 @@ import (
 	"github.com/idemhq/idem/store/pgstore"
 )
 
-// BenchmarkGroupCommit measures new keys (claim, then complete) from 16
-// clients with group commit (Grouped, as the store runs) and without it
+// BenchmarkGroupCommit measures new keys (claim, then complete) from 1, 16
+// and 64 clients with group commit (Grouped, as the store runs) and without it
 // (Alone: every caller may lead, so every write is its own autocommit,
-// as before group commit), in one run. Besides req/s it reports the CPU
+// as before group commit), in one run. Besides req/s and the p50 and p99
+// latency of a key (claim and complete) it reports the CPU
 // each key costs, in this process and in the pool's PostgreSQL backends
 // (from /proc): on a machine whose CPUs are shared, that cost is the
 // steadier figure.
 //
 //	go test -run '^$' -bench BenchmarkGroupCommit -benchtime 3000x ./store/pgstore
 func BenchmarkGroupCommit(b *testing.B) {
-	for _, c := range []struct {
-		name    string
-		leaders int
-	}{{"Grouped", 0}, {"Alone", 1 << 20}} {
-		b.Run(c.name, func(b *testing.B) {
-			if c.leaders > 0 {
-				defer pgstore.SetGroupLeaders(pgstore.SetGroupLeaders(c.leaders))
-			}
-			s, bundle := setup(b)
-			s = newStore(b, bundle.pool, nil)
-			benchNewKeys(b, s, bundle.pool, 16)
-		})
+	for _, clients := range []int{1, 16, 64} {
+		for _, c := range []struct {
+			name    string
+			leaders int
+		}{{"Grouped", 0}, {"Alone", 1 << 20}} {
+			b.Run(fmt.Sprintf("%s/%d", c.name, clients), func(b *testing.B) {
+				if c.leaders > 0 {
+					defer pgstore.SetGroupLeaders(pgstore.SetGroupLeaders(c.leaders))
+				}
+				s, bundle := setup(b)
+				s = newStore(b, bundle.pool, nil)
+				benchNewKeys(b, s, bundle.pool, clients)
+			})
+		}
 	}
 }
 
@@ -60,9 +65,14 @@ func benchNewKeys(b *testing.B, s *pgstore.Store, pool *pgxpool.Pool, clients in
 	start := time.Now()
 	var left atomic.Int64
 	left.Store(int64(b.N))
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, b.N)
 	for range clients {
 		wg.Go(func() {
+			mine := make([]time.Duration, 0, b.N/clients+1)
+			defer func() { mu.Lock(); lat = append(lat, mine...); mu.Unlock() }()
 			for left.Add(-1) >= 0 {
+				t0 := time.Now()
 				res, err := s.Claim(ctx, params(next(), "f"))
 				if err == nil {
 					err = s.Complete(ctx, store.CompleteParams{Fence: fenceOf(res), Response: []byte(`{"id":"ch_1"}`), Retention: time.Hour})
@@ -71,6 +81,7 @@ func benchNewKeys(b *testing.B, s *pgstore.Store, pool *pgxpool.Pool, clients in
 					b.Error(err)
 					return
 				}
+				mine = append(mine, time.Since(t0))
 			}
 		})
 	}
@@ -80,6 +91,11 @@ func benchNewKeys(b *testing.B, s *pgstore.Store, pool *pgxpool.Pool, clients in
 	goCPU2, pgCPU2 := cpuTimes(pids)
 	c1, i1 := pgstore.GroupStats(s)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
 	b.ReportMetric(float64((goCPU2-goCPU).Microseconds())/float64(b.N), "go-cpu-µs/op")
 	b.ReportMetric(float64((pgCPU2-pgCPU).Microseconds())/float64(b.N), "pg-cpu-µs/op")
 	if c1 > c0 {
