@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -201,6 +202,49 @@ func (en *Engine[TX]) event(task store.Task, e store.Execution, typ string, prog
 // statusType is the event type of a transition to s.
 func statusType(s Status) string { return "idem.execution." + strings.ToLower(s.String()) }
 
+// memoKey is the context key of an engine call's memo.
+type memoKey struct{}
+
+// callMemo is what the OnEventTx hook keeps for the other events of one
+// engine call (one transaction).
+type callMemo struct {
+	mu sync.Mutex
+	m  map[any]any
+}
+
+// withMemo returns ctx with a memo for the events of one engine call in
+// one transaction, unless it has one already.
+func withMemo(ctx context.Context) context.Context {
+	if ctx.Value(memoKey{}) != nil {
+		return ctx
+	}
+	return context.WithValue(ctx, memoKey{}, &callMemo{m: map[any]any{}})
+}
+
+// Memoized returns what OnEventTx keeps under k for the other events of the
+// engine call that ctx belongs to, computing it with read the first time.
+// An engine call that writes several events (a task's creation; the starts
+// and completions of a worker's batch) runs in one transaction, so what
+// read returns in it holds for all of them: a hook that reads, say, the
+// application of each event reads it once per call instead of once per
+// event. Outside an engine call it always reads.
+func Memoized[V any](ctx context.Context, k any, read func() (V, error)) (V, error) {
+	m, _ := ctx.Value(memoKey{}).(*callMemo)
+	if m == nil {
+		return read()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.m[k]; ok {
+		return v.(V), nil
+	}
+	v, err := read()
+	if err == nil {
+		m.m[k] = v
+	}
+	return v, err
+}
+
 // emit reports ev to OnEventTx.
 func (en *Engine[TX]) emit(ctx context.Context, tx TX, task store.Task, e store.Execution, ev store.Event) error {
 	if en.cfg.OnEventTx == nil {
@@ -213,6 +257,7 @@ func (en *Engine[TX]) emit(ctx context.Context, tx TX, task store.Task, e store.
 // QUEUED: events 1 and 2) and its step, ready for a worker. The caller's
 // own writes in tx (its request key, its business row) commit with them.
 func (en *Engine[TX]) CreateTx(ctx context.Context, tx TX, app string, nt NewTask) (store.Task, store.Execution, error) {
+	ctx = withMemo(ctx)
 	tc, ok := en.cfg.Types[nt.Type]
 	if !ok {
 		return store.Task{}, store.Execution{}, fmt.Errorf("%w: %q", ErrUnknownType, nt.Type)
@@ -290,6 +335,7 @@ type change struct {
 // the executions as they now are. The first change that does not apply is
 // ErrIllegalTransition, and the caller's transaction must roll back.
 func (en *Engine[TX]) transitions(ctx context.Context, tx TX, cs []change) ([]store.Execution, error) {
+	ctx = withMemo(ctx)
 	out := make([]store.Execution, len(cs))
 	var ts []store.Transition
 	var at []int // the index in cs of each of ts

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/signature"
 	"github.com/idemhq/idem/store"
@@ -72,6 +73,9 @@ func (srv *Server[TX]) route(ctx context.Context, in store.Intent) (string, *sig
 	return a.CallbackURL, signer, nil
 }
 
+// appMemo keys an application in an engine call's memo.
+type appMemo string
+
 // onEventTx enqueues, in the transaction that writes ev, its callback to
 // the application (when it has a callback URL): a binary-mode CloudEvent
 // whose id is stable per event, sequence per execution, subject the task.
@@ -90,8 +94,9 @@ func (srv *Server[TX]) onEventTx(ctx context.Context, txAny any, app string, tas
 		return fmt.Errorf("serve: a transaction of type %T", txAny)
 	}
 	// Read in the transaction: waiting for a second pooled connection
-	// while holding one would deadlock a busy pool.
-	a, err := srv.s.GetAppTx(ctx, tx, app)
+	// while holding one would deadlock a busy pool. Once per engine call:
+	// its other events (a worker's batch) are in the same transaction.
+	a, err := execution.Memoized(ctx, appMemo(app), func() (store.App, error) { return srv.s.GetAppTx(ctx, tx, app) })
 	if err != nil || a.CallbackURL == "" {
 		return err
 	}
