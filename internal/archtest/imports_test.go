@@ -58,7 +58,7 @@ var layers = []struct {
 	{machinery, []string{"internal/migrate", "internal/loop"}},
 	{suite, []string{"store/storetest"}},
 	{testClock, []string{"internal/testutil/testclock"}}, // before testHelper: a package is in the first layer that names it
-	{testHelper, []string{"store/storetest/...", "internal/testutil/...", "internal/chaos", "internal/hostile",
+	{testHelper, []string{"store/storetest/...", "internal/testutil/...", "internal/chaos", "internal/hostile", "internal/growth",
 		"internal/archtest"}},
 	{example, []string{"", "examples/..."}},
 }

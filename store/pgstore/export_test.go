@@ -39,3 +39,6 @@ func SetGroupLeaders(n int) (old int) { old, groupLeaders = groupLeaders, n; ret
 
 // OnGroupSent sets the hook run when a group's pipeline has been sent.
 func OnGroupSent(f func(keys []string)) { groupSent = f }
+
+// SweepSQL lets tests read the sweep statement's plan.
+var SweepSQL = sweepSQL

@@ -10,12 +10,15 @@
 -- and committed after this statement's snapshot is locked in its latest
 -- version, which the snapshot cannot see, so it is left for the next sweep,
 -- and the outer DELETE checks the status again all the same.
+-- ORDER BY walks the sweep indexes (received_at, first_seen) whatever the
+-- statistics say, instead of a scan of the table that finds nothing due.
 WITH inbox AS (
     DELETE FROM idem_inbox
     WHERE ctid = ANY (ARRAY(
         SELECT ctid
         FROM idem_inbox
         WHERE status = 1 AND received_at < $1
+        ORDER BY received_at
         LIMIT $2
         FOR UPDATE SKIP LOCKED
     ))
@@ -28,6 +31,7 @@ gaps AS (
         SELECT ctid
         FROM idem_gaps
         WHERE first_seen < $1
+        ORDER BY first_seen, id
         LIMIT $2
         FOR UPDATE SKIP LOCKED
     ))

@@ -6,12 +6,14 @@
 -- (ctid) of the versions locked, a TID scan whatever the planner
 -- estimates. A done row is final, so a version locked here is the row's
 -- last; the outer DELETE checks the state all the same.
+-- ORDER BY done_at walks idem_outbox_sweep whatever the statistics say.
 WITH swept AS (
     DELETE FROM idem_outbox
     WHERE ctid = ANY (ARRAY(
         SELECT ctid
         FROM idem_outbox
         WHERE state = 3 AND done_at < $1
+        ORDER BY done_at
         LIMIT $2
         FOR UPDATE SKIP LOCKED
     ))
