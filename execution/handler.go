@@ -71,7 +71,9 @@ type WorkerConfig struct {
 	// Heartbeat is how often a running step's lease is extended. Defaults
 	// to a third of the type's lease.
 	Heartbeat time.Duration
-	// Concurrency is how many steps Run runs at once. Defaults to 1.
+	// Concurrency is how many handlers Run runs at once; as many outcomes
+	// again may wait for their commit meanwhile, so the next steps run
+	// while the last ones settle. Defaults to 1.
 	Concurrency int
 	// MaxBatch bounds the steps one transaction claims or settles.
 	// Defaults to 64.
@@ -165,13 +167,19 @@ type ended[TX any] struct {
 // that stopping a worker (a deploy) costs no step a retry of its budget.
 func (w *Worker[TX]) Run(ctx context.Context) error {
 	n := w.cfg.Concurrency
-	slots := make(chan struct{}, n) // one per step running or settling
+	// A step holds a slot from its claim until its handler returns, and
+	// then a settling token until its outcome is committed: at most n
+	// handlers run, and at most n outcomes wait for their commit while
+	// the next steps already run (a store slower than the handlers holds
+	// the handlers' slots, and claims stop).
+	slots := make(chan struct{}, n)
+	settling := make(chan struct{}, n)
 	done := make(chan ended[TX], n)
 	var handling atomic.Int64 // handlers running
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
-		w.settleLoop(context.WithoutCancel(ctx), done, slots, &handling)
+		w.settleLoop(context.WithoutCancel(ctx), done, settling, &handling)
 	}()
 	// A store that tells of new steps (PostgreSQL: NOTIFY from idem serve,
 	// or from a caller's store.StepWaker.NotifySteps) wakes an idle worker
@@ -216,6 +224,8 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 					<-slots // stopped: the step waits for its lease to end
 					return
 				}
+				settling <- struct{}{}
+				<-slots
 				done <- ended[TX]{c, res, err}
 			}()
 		}
@@ -284,8 +294,9 @@ func (w *Worker[TX]) claim(ctx context.Context, n int) ([]Claimed, error) {
 }
 
 // settleLoop settles the steps that end (those that ended while a batch
-// committed, together) and frees their slots once they are settled.
-func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], slots <-chan struct{}, running *atomic.Int64) {
+// committed, together) and returns their settling tokens once they are
+// settled.
+func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], settling <-chan struct{}, running *atomic.Int64) {
 	for first := range done {
 		batch := []ended[TX]{first}
 		// Take what ended meanwhile; and while other steps still run, wait
@@ -333,7 +344,7 @@ func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], slot
 			}
 		}
 		for range batch {
-			<-slots
+			<-settling
 		}
 	}
 }
