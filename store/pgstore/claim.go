@@ -17,26 +17,12 @@ import (
 // between, every time.
 const claimAttempts = 8
 
-// Claim implements store.Store in one statement (sql/claim.sql): a replay or
-// an in-flight duplicate is answered by a read alone, and a grant is an
-// INSERT ... ON CONFLICT DO UPDATE whose WHERE is the takeover rule, which
-// may share its commit with other writes (group.go).
+// Claim implements store.Store in one statement (sql/claim.sql), through
+// the group (group.go): a replay or an in-flight duplicate is answered by
+// its plain read, and a grant is an INSERT ... ON CONFLICT DO UPDATE whose
+// WHERE is the takeover rule.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	key, fingerprint, owner := []byte(p.Key), orEmpty(p.Fingerprint), []byte(p.Owner)
-	// Replays and duplicates are the common case after the first request:
-	// answer them with a plain read (sql/peek.sql) and keep the claim
-	// statement, which plans and runs an upsert, for keys it may grant.
-	var (
-		row recordRow
-		now time.Time
-	)
-	err := s.pool.QueryRow(ctx, peekSQL, key, fingerprint, s.clock()).Scan(append(row.dest(), &now)...)
-	if err == nil {
-		return store.ClaimResult{Record: row.record(p.Key), Now: now.UTC()}, nil
-	}
-	if err = interpretError(err); !errors.Is(err, store.ErrNotFound) {
-		return store.ClaimResult{}, fmt.Errorf("idem/pgstore: claim %q: %w", p.Key, err)
-	}
 	for attempt := 1; attempt <= claimAttempts; attempt++ {
 		var (
 			row     recordRow

@@ -1,8 +1,19 @@
 package pgstore
 
-// ClaimSQL lets tests drive the claim statement without the read in front
-// of it, as a race between that read and the statement would.
-var ClaimSQL = claimSQL
+import "strings"
+
+// ClaimSQL is the claim statement with its plain read (seen) blind, as a
+// record that changed after the statement's snapshot would leave it: tests
+// drive it to check the upsert's own conditions.
+var ClaimSQL = blindSeen(claimSQL)
+
+func blindSeen(sql string) string {
+	const from = "FROM idem_keys AS k, clock\n    WHERE k.key = $1"
+	if !strings.Contains(sql, from) {
+		panic("claim.sql: its seen read is not where the tests look for it")
+	}
+	return strings.Replace(sql, from, "FROM idem_keys AS k, clock\n    WHERE false AND k.key = $1", 1)
+}
 
 // Migrations lets tests migrate down, which Migrate never does.
 var Migrations = migrations

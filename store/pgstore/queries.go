@@ -7,8 +7,6 @@ import _ "embed"
 var (
 	//go:embed sql/claim.sql
 	claimSQL string
-	//go:embed sql/peek.sql
-	peekSQL string
 	//go:embed sql/get.sql
 	getSQL string
 	//go:embed sql/complete.sql

@@ -9,10 +9,11 @@ import (
 	"github.com/idemhq/idem/store/pgstore"
 )
 
-// Claim answers most refusals from its plain read (peek.sql), so the claim
-// statement's own conditions only decide when the record changed between
-// the read and the statement. This runs the statement directly, as that
-// race would, and requires it to refuse every record the contract protects.
+// The claim statement answers most refusals from its plain read (seen), so
+// the upsert's own conditions only decide when the record changed after the
+// statement's snapshot. This runs the statement with that read blind, as
+// that race would, and requires it to refuse every record the contract
+// protects.
 func TestClaimStatementRefusesWhatItMustNot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

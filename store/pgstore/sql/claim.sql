@@ -1,24 +1,36 @@
 -- Claim: grant the key or report the record that prevents it, in one
--- statement. Parameters: $1 key, $2 fingerprint, $3 owner, $4 lease and
--- $5 retention (microseconds), $6 now (NULL for the server clock).
+-- statement and one round trip. Parameters: $1 key, $2 fingerprint, $3
+-- owner, $4 lease and $5 retention (microseconds), $6 now (NULL for the
+-- server clock). claimable(r) below means: r is past expires_at, or
+-- released, or processing with the same fingerprint and a lease that has
+-- ended.
 --
--- Claim runs it only after a plain read (peek.sql) found the key absent or
--- claimable; it re-decides everything, because the record may have changed
--- since. claimable(r) below means: r is past expires_at, or released, or
--- processing with the same fingerprint and a lease that has ended.
---
---   claimed  insert a fresh record, or take the existing one over when it is
---            (still) claimable, both in the ON CONFLICT upsert.
---   locked   when the upsert found a row that is not claimable: ON CONFLICT
---            has locked that row, so reading it with a row lock (which
---            follows it to its latest version under READ COMMITTED) returns
---            exactly the version that was judged.
+--   seen     a plain read of the record when it is NOT claimable: replays,
+--            conflicts and in-flight duplicates are answered by it, as of
+--            the statement's snapshot (the claim's linearization point),
+--            and then nothing is written or locked.
+--   claimed  otherwise: insert a fresh record, or take the existing one
+--            over when it is (still) claimable, both in the ON CONFLICT
+--            upsert.
+--   locked   when the upsert found a row that is not claimable (it changed
+--            after the snapshot): ON CONFLICT has locked that row, so
+--            reading it with a row lock (which follows it to its latest
+--            version under READ COMMITTED) returns exactly the version
+--            that was judged.
 --
 -- If locked finds nothing (the row was inserted after the statement's
 -- snapshot, so no version of it is visible), the statement returns no row
 -- and the caller runs it again: the new snapshot sees the row.
 WITH clock AS MATERIALIZED (
     SELECT coalesce($6::timestamptz, clock_timestamp()) AS now
+),
+seen AS MATERIALIZED (
+    SELECT k.*
+    FROM idem_keys AS k, clock
+    WHERE k.key = $1
+      AND NOT (k.expires_at <= clock.now
+               OR k.state = 3
+               OR (k.state = 1 AND k.fingerprint = $2 AND k.lease_until <= clock.now))
 ),
 claimed AS (
     INSERT INTO idem_keys AS k
@@ -28,6 +40,7 @@ claimed AS (
            clock.now + $4::bigint * interval '1 microsecond',
            1, false, $1, $2, $3, NULL
     FROM clock
+    WHERE NOT EXISTS (SELECT 1 FROM seen)
     ON CONFLICT (key) DO UPDATE SET
         epoch       = k.epoch + 1,
         expires_at  = excluded.expires_at,
@@ -47,8 +60,12 @@ locked AS (
     FROM idem_keys AS k
     WHERE k.key = $1
       AND NOT EXISTS (SELECT 1 FROM claimed)
+      AND NOT EXISTS (SELECT 1 FROM seen)
     FOR SHARE
 )
+SELECT false, s.fingerprint, s.state, s.unknown, s.epoch, s.owner, s.lease_until, s.expires_at, s.response, clock.now
+FROM seen AS s, clock
+UNION ALL
 SELECT true, c.fingerprint, c.state, c.unknown, c.epoch, c.owner, c.lease_until, c.expires_at, c.response, clock.now
 FROM claimed AS c, clock
 UNION ALL
