@@ -3,10 +3,13 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemhq/idem/store"
 )
 
 // groupItem is one write waiting for a group commit.
@@ -33,10 +36,12 @@ const groupTimeout = 30 * time.Second
 // that other callers make while the writer turn is taken: group commit.
 // SQLite syncs once per commit, so writes that arrive together pay for
 // one sync instead of one each; a write that arrives alone runs at once,
-// as it would without groups (autocommit, tx nil). In a group each write
-// runs inside a savepoint of the shared transaction: one that fails is
-// rolled back alone and returns its own error, and never fails or shows
-// in another. fn's result is returned
+// as it would without groups (autocommit, tx nil). In a group the writes
+// run one after another in the shared transaction; when one fails (other
+// than a fence that no longer holds, which changes nothing), the whole
+// transaction is rolled back and each write runs again in a transaction
+// of its own, so that a failed write returns its own error and never
+// fails or shows in another. fn's result is returned
 // only once the transaction holding its writes committed; when the commit
 // fails, every write of the group returns that error, and none of them
 // took effect. A caller whose context ends before its write ran gets the
@@ -89,9 +94,9 @@ func (s *Store) unqueue(it *groupItem) bool {
 	return false
 }
 
-// lead runs the waiting writes in one transaction, each in a savepoint,
-// commits, and then gives each its result. The caller holds the writer
-// turn.
+// lead runs the waiting writes in one transaction (each again in one of
+// its own when one of them fails), commits, and then gives each its
+// result. The caller holds the writer turn.
 func (s *Store) lead() {
 	s.group.mu.Lock()
 	batch := s.group.queue
@@ -123,39 +128,33 @@ func (s *Store) lead() {
 		}
 		return
 	}
-	ran := false
+	var live []*groupItem
 	for _, it := range batch {
-		if err := it.ctx.Err(); err != nil {
-			it.err = err
-			continue
+		if it.err = it.ctx.Err(); it.err == nil {
+			live = append(live, it)
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT grouped"); err != nil {
-			it.err = interpretError(err)
-			continue
-		}
+	}
+	failed := false
+	for _, it := range live {
 		// The group's context, not the caller's: SQLite rolls the whole
 		// transaction back when a statement in it is interrupted, which
 		// would undo the others' writes too.
-		if it.err = it.fn(ctx, tx); it.err != nil {
-			_, rerr := tx.ExecContext(ctx, "ROLLBACK TO grouped")
-			if rerr != nil {
-				// The transaction is no longer sound: nothing of it commits.
-				_ = tx.Rollback()
-				for _, other := range batch {
-					if other.err == nil {
-						other.err = fmt.Errorf("group commit: undoing a failed write: %w", interpretError(rerr))
-					}
-				}
-				return
-			}
+		it.err = it.fn(ctx, tx)
+		if it.err != nil && !errors.Is(it.err, store.ErrFenced) {
+			// A write that failed may have left part of itself, or (some
+			// SQLite errors) rolled the transaction back: nothing of the
+			// group commits, and each write runs again in a transaction
+			// of its own, for its own outcome. A fence that no longer
+			// holds changed nothing, and is that write's outcome alone.
+			failed = true
+			break
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE grouped"); err != nil && it.err == nil {
-			it.err = interpretError(err)
-		}
-		ran = ran || it.err == nil
 	}
-	if !ran {
+	if failed || len(live) == 0 {
 		_ = tx.Rollback()
+		for _, it := range live {
+			it.err = s.alone(ctx, it)
+		}
 		return
 	}
 	if err := tx.Commit(); err != nil {
@@ -167,4 +166,23 @@ func (s *Store) lead() {
 		return
 	}
 	s.group.commits.Add(1)
+}
+
+// alone runs one write of a failed group in a transaction of its own: it
+// commits when the write succeeds (or is fenced, which changed nothing),
+// and rolls back when it fails, so that a failed write leaves nothing.
+func (s *Store) alone(ctx context.Context, it *groupItem) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", interpretError(err))
+	}
+	err = it.fn(ctx, tx)
+	if err != nil && !errors.Is(err, store.ErrFenced) {
+		_ = tx.Rollback()
+		return err
+	}
+	if cerr := tx.Commit(); cerr != nil {
+		return fmt.Errorf("commit (outcome unknown: read the record again): %w", interpretError(cerr))
+	}
+	return err
 }

@@ -95,3 +95,48 @@ func TestGroupCommitFailsAlone(t *testing.T) {
 		}
 	}
 }
+
+// A write whose fence no longer holds changed nothing: it fails alone, and
+// the rest of its group commits in the group's one commit.
+func TestGroupCommitFencedAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	var fences []store.Fence
+	for _, k := range []string{"a", "b"} {
+		res, err := s.Claim(ctx, store.ClaimParams{Key: k, Fingerprint: []byte("fp"), Owner: "o-" + k, Lease: time.Minute, Retention: time.Hour})
+		if err != nil || !res.Claimed {
+			t.Fatal(res, err)
+		}
+		fences = append(fences, store.Fence{Key: k, Epoch: res.Record.Epoch, Owner: res.Record.Owner})
+	}
+	stale := fences[0]
+	stale.Epoch++
+	s.writer <- struct{}{}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		errs[0] = s.Complete(ctx, store.CompleteParams{Fence: stale, Response: []byte("x"), Retention: time.Hour})
+	})
+	wg.Go(func() {
+		errs[1] = s.Complete(ctx, store.CompleteParams{Fence: fences[1], Response: []byte("y"), Retention: time.Hour})
+	})
+	for s.queued() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	before := s.group.commits.Load()
+	s.unlockWrite()
+	wg.Wait()
+	if !errors.Is(errs[0], store.ErrFenced) || errs[1] != nil {
+		t.Fatalf("errors %v, want ErrFenced and nil", errs)
+	}
+	if c := s.group.commits.Load() - before; c != 1 {
+		t.Fatalf("the group took %d commits, want 1", c)
+	}
+	if rec, _ := s.Get(ctx, "a"); rec.State != store.StateProcessing {
+		t.Fatalf("a: %+v, want still processing", rec)
+	}
+	if rec, _ := s.Get(ctx, "b"); rec.State != store.StateDone || string(rec.Response) != "y" {
+		t.Fatalf("b: %+v, want done with y", rec)
+	}
+}
