@@ -181,6 +181,12 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 		defer close(settled)
 		w.settleLoop(context.WithoutCancel(ctx), done, settling, &handling)
 	}()
+	// One heartbeat for every step running, in one transaction.
+	bs := &beats{running: map[*Claimed]context.CancelCauseFunc{}}
+	hbCtx, stopBeats := context.WithCancel(ctx)
+	beating := make(chan struct{})
+	go func() { defer close(beating); w.heartbeat(hbCtx, bs) }()
+	defer func() { stopBeats(); <-beating }()
 	// A store that tells of new steps (PostgreSQL: NOTIFY from idem serve,
 	// or from a caller's store.StepWaker.NotifySteps) wakes an idle worker
 	// at once; otherwise it polls.
@@ -218,7 +224,7 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 			handling.Add(1)
 			go func() {
 				defer running.Done()
-				res, err := w.run(ctx, c)
+				res, err := w.run(ctx, c, bs)
 				handling.Add(-1)
 				if err != nil && ctx.Err() != nil {
 					<-slots // stopped: the step waits for its lease to end
@@ -415,29 +421,112 @@ func (w *Worker[TX]) RunOnce(ctx context.Context) (ran bool, err error) {
 	if err != nil || len(claimed) == 0 {
 		return false, err
 	}
-	res, herr := w.run(ctx, claimed[0])
+	res, herr := w.run(ctx, claimed[0], nil)
 	return true, w.settle(context.WithoutCancel(ctx), []ended[TX]{{claimed[0], res, herr}})[0]
 }
 
 // run calls the step's handler while a heartbeat extends its lease; a
 // heartbeat that finds the claim lost cancels the handler's context with
-// ErrFenced.
-func (w *Worker[TX]) run(ctx context.Context, c Claimed) (res Result[TX], err error) {
-	tc := w.en.cfg.Types[c.Step.Type]
-	every := w.cfg.Heartbeat
-	if every == 0 {
-		every = tc.Lease / 3
-	}
+// ErrFenced. With beats, the step is extended by Run's heartbeat with the
+// others that run (one transaction for all of them); without, by a
+// heartbeat of its own.
+func (w *Worker[TX]) run(ctx context.Context, c Claimed, beats *beats) (res Result[TX], err error) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	done := make(chan struct{})
-	defer close(done)
+	if beats != nil {
+		defer beats.add(c, cancel)()
+	} else {
+		w.beatAlone(hctx, c, cancel)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("execution: handler panicked: %v", p)
+		}
+	}()
+	return w.handlers[c.Step.Type](hctx, Job(c))
+}
+
+// every is how often a step of type typ is extended.
+func (w *Worker[TX]) every(typ string) time.Duration {
+	if w.cfg.Heartbeat > 0 {
+		return w.cfg.Heartbeat
+	}
+	return w.en.cfg.Types[typ].Lease / 3
+}
+
+// beats holds the steps that Run's handlers are running, for its
+// heartbeat.
+type beats struct {
+	mu      sync.Mutex
+	running map[*Claimed]context.CancelCauseFunc
+}
+
+// add registers c while its handler runs; the returned func removes it.
+func (b *beats) add(c Claimed, cancel context.CancelCauseFunc) func() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.running[&c] = cancel
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.running, &c)
+	}
+}
+
+// heartbeat extends, every tick, the leases of all the steps running in
+// one transaction (one round trip where the store can), and cancels with
+// ErrFenced the handlers whose claims were lost. It runs until ctx ends.
+func (w *Worker[TX]) heartbeat(ctx context.Context, b *beats) {
+	every := time.Duration(0)
+	for _, t := range w.types {
+		if e := w.every(t); every == 0 || e < every {
+			every = e
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		cs := make([]Claimed, 0, len(b.running))
+		cancels := make([]context.CancelCauseFunc, 0, len(b.running))
+		for c, cancel := range b.running {
+			cs, cancels = append(cs, *c), append(cancels, cancel)
+		}
+		b.mu.Unlock()
+		if len(cs) == 0 {
+			continue
+		}
+		var lost []bool
+		err := w.en.s.InTx(ctx, func(ctx context.Context, tx TX) error {
+			var err error
+			lost, err = w.en.extendClaimedTx(ctx, tx, cs)
+			return err
+		})
+		if err != nil {
+			continue // the store may be down: the next tick tries again, within the lease
+		}
+		for i, l := range lost {
+			if l {
+				cancels[i](ErrFenced)
+			}
+		}
+	}
+}
+
+// beatAlone extends c's lease every tick until ctx ends, on its own.
+func (w *Worker[TX]) beatAlone(hctx context.Context, c Claimed, cancel context.CancelCauseFunc) {
+	every := w.every(c.Step.Type)
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
+			case <-hctx.Done():
 				return
 			case <-t.C:
 			}
@@ -451,10 +540,4 @@ func (w *Worker[TX]) run(ctx context.Context, c Claimed) (res Result[TX], err er
 			}
 		}
 	}()
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("execution: handler panicked: %v", p)
-		}
-	}()
-	return w.handlers[c.Step.Type](hctx, Job(c))
 }

@@ -194,6 +194,30 @@ func (en *Engine[TX]) HeartbeatTx(ctx context.Context, tx TX, app, stepID string
 	return until, st.CancelRequested, nil
 }
 
+// extendClaimedTx extends, in tx, the leases of the worker's running
+// claims cs, each by its type's lease, in one round trip where the store
+// can; lost[i] reports that cs[i]'s claim no longer holds (taken over, or
+// its step moved on), so its handler must stop. Like HeartbeatTx without
+// the read before each update: the claim's epoch and owner are the fence.
+func (en *Engine[TX]) extendClaimedTx(ctx context.Context, tx TX, cs []Claimed) (lost []bool, err error) {
+	now := en.cfg.Now()
+	us := make([]store.StepUpdate, len(cs))
+	for i, c := range cs {
+		st := c.Step
+		us[i] = store.StepUpdate{App: st.App, ID: st.ID, From: store.StepExecuting, Epoch: st.Epoch, Owner: st.Owner,
+			Status: store.StepExecuting, LeaseUntil: now.Add(en.cfg.Types[st.Type].Lease)}
+	}
+	_, applied, err := en.s.UpdateStepsTx(ctx, tx, us)
+	if err != nil {
+		return nil, err
+	}
+	lost = make([]bool, len(cs))
+	for i, ok := range applied {
+		lost[i] = !ok
+	}
+	return lost, nil
+}
+
 // ProgressTx records a progress report (0–100) of the worker's claim as
 // an event of its execution.
 func (en *Engine[TX]) ProgressTx(ctx context.Context, tx TX, app, stepID string, epoch int64, progress int) error {
