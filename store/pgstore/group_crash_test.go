@@ -6,17 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/internal/testutil/crashchild"
 	"github.com/idemhq/idem/internal/testutil/testdb"
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
@@ -42,45 +41,12 @@ func TestGroupCommitCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := range 3 {
-		acked, inflight := runCrashChild(t, schema)
+		acked, inflight := crashchild.Run(t, "^TestGroupCommitCrash$", crashChildEnv+"="+schema)
 		if len(inflight) < 2 {
 			t.Fatalf("round %d: the child died with %d writes in flight, want a group", round, len(inflight))
 		}
 		checkAfterCrash(t, pool, acked, inflight)
 	}
-}
-
-// runCrashChild runs the child until it kills itself and returns the
-// lines it acknowledged: "claimed KEY OWNER" and "done KEY OWNER", and the
-// keys of the group in flight when it died.
-func runCrashChild(t *testing.T, schema string) (acked []string, inflight []string) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGroupCommitCrash$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+schema)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
-		if k, ok := strings.CutPrefix(line, "inflight "); ok {
-			inflight = strings.Split(k, ",")
-			continue
-		}
-		acked = append(acked, line)
-	}
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v, want SIGKILL\n%s", err, stderr.String())
-	}
-	return acked, inflight
 }
 
 // crashChild claims and completes new keys from 16 goroutines on the
@@ -117,10 +83,7 @@ func crashChild(t *testing.T, schema string) {
 	pgstore.OnGroupSent(func(keys []string) {
 		if c, _ := pgstore.GroupStats(s); c > 50 && len(keys) > 1 {
 			mu.Lock() // no acknowledgement after this one
-			fmt.Fprintf(out, "inflight %s\n", strings.Join(keys, ","))
-			_ = out.Flush()
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // SIGKILL is not handled: the process ends here
+			crashchild.Die(func(line string) { fmt.Fprintln(out, line); _ = out.Flush() }, keys)
 		}
 	})
 	prefix := strconv.FormatInt(time.Now().UnixNano(), 36) + "-"

@@ -14,7 +14,9 @@ import (
 
 // groupItem is one write waiting for a group commit.
 type groupItem struct {
-	ctx  context.Context
+	ctx context.Context
+	// key is the record's key (for tests).
+	key  string
 	fn   func(ctx context.Context, tx *sql.Tx) error
 	err  error
 	done chan struct{}
@@ -27,6 +29,11 @@ type group struct {
 	// commits counts the groups committed (for tests).
 	commits atomic.Int64
 }
+
+// groupCommitting, when set (by tests), runs when a group's writes have
+// run and its commit has not, with their keys: the moment a crash test
+// kills the process with a group in flight.
+var groupCommitting func(keys []string)
 
 // groupTimeout bounds a group's transaction.
 const groupTimeout = 30 * time.Second
@@ -46,8 +53,8 @@ const groupTimeout = 30 * time.Second
 // fails, every write of the group returns that error, and none of them
 // took effect. A caller whose context ends before its write ran gets the
 // context's error, and the write never runs.
-func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	it := &groupItem{ctx: ctx, fn: fn, done: make(chan struct{})}
+func (s *Store) grouped(ctx context.Context, key string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	it := &groupItem{ctx: ctx, key: key, fn: fn, done: make(chan struct{})}
 	s.group.mu.Lock()
 	s.group.queue = append(s.group.queue, it)
 	s.group.mu.Unlock()
@@ -156,6 +163,13 @@ func (s *Store) lead() {
 			it.err = s.alone(ctx, it)
 		}
 		return
+	}
+	if groupCommitting != nil {
+		keys := make([]string, len(live))
+		for i, it := range live {
+			keys[i] = it.key
+		}
+		groupCommitting(keys)
 	}
 	if err := tx.Commit(); err != nil {
 		for _, it := range batch {

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
 		os.Exit(childMain(path))
 	}
+	if path := os.Getenv(crashChildEnv); path != "" {
+		os.Exit(crashChildMain(path))
+	}
 	goleak.VerifyTestMain(m)
 }
 
