@@ -196,10 +196,14 @@ func TestRunRecordsTransportOutcomes(t *testing.T) {
 
 	t.Run("Timeout", func(t *testing.T) {
 		t.Parallel()
-		l := ledgerSetup(t, LedgerConfig{Delay: 300 * time.Millisecond})
+		// The timeout must end requests that were sent: long enough that
+		// a dial on a loaded machine (CI runs every package at once, under
+		// the race detector) ends within it, since a dial that times out
+		// is rightly a fail; and the ledger holds each request longer.
+		l := ledgerSetup(t, LedgerConfig{Delay: 3 * time.Second})
 		hist := filepath.Join(t.TempDir(), "h.jsonl")
 		rep, err := Run(context.Background(), &RunConfig{Targets: []string{l.URL()}, History: hist, Keys: 2, Dups: 1,
-			RequestTimeout: 50 * time.Millisecond})
+			RequestTimeout: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
