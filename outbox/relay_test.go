@@ -546,7 +546,9 @@ func TestRunSweeper(t *testing.T) {
 
 // TestRelayReusesConnections: the default client keeps a connection per
 // delivery that may run at once, so that a busy relay does not open a
-// connection (and leave one in TIME_WAIT) for most of its deliveries.
+// connection (and leave one in TIME_WAIT) for most of its deliveries
+// (88 of these 400 in one run with the standard transport, which keeps
+// two).
 func TestRelayReusesConnections(t *testing.T) {
 	var conns atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -571,7 +573,10 @@ func TestRelayReusesConnections(t *testing.T) {
 	if err := r.Drain(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := conns.Load(); got > 2*concurrency {
-		t.Fatalf("%d deliveries, %d at once, opened %d connections; want at most %d", n, concurrency, got, 2*concurrency)
+	// A connection returns to the idle pool just after its response is
+	// read, so a delivery that starts at once may dial: allow some, far
+	// below the one per delivery of a transport that keeps two.
+	if got := conns.Load(); got > n/10 {
+		t.Fatalf("%d deliveries, %d at once, opened %d connections; want at most %d", n, concurrency, got, n/10)
 	}
 }
