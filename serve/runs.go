@@ -61,7 +61,15 @@ func (srv *Server[TX]) compiled(ctx context.Context, app, name string, version i
 	if err != nil {
 		return nil, 0, err
 	}
-	w, _, _, err := workflow.Load(d.Body, nil)
+	// The latest version, read now, may be compiled already: a trigger
+	// then pays the read, not the parsing and compiling of its body.
+	c.mu.Lock()
+	w := c.m[compiledKey{app, name, d.Version}]
+	c.mu.Unlock()
+	if w != nil {
+		return w, d.Version, nil
+	}
+	w, _, _, err = workflow.Load(d.Body, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("serve: the stored workflow %s version %d: %w", name, d.Version, err)
 	}
