@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/inbox"
@@ -142,8 +143,11 @@ func benchVerifier(b *testing.B) *signature.Verifier {
 }
 
 // benchPair runs the endpoint ("idem") and the baseline over fresh stores
-// from open, both doing the business write with write.
-func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX], write func(ctx context.Context, tx TX, obj string, add int) error) {
+// from open, both doing the business write with write. The baseline runs
+// its transaction with bare when given (as a user's handler would, without
+// idem), otherwise with the store's InTx.
+func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX], write func(ctx context.Context, tx TX, obj string, add int) error,
+	bare func(b *testing.B) func(ctx context.Context, fn func(ctx context.Context, tx TX) error) error) {
 	b.Run("idem", func(b *testing.B) {
 		apply := func(ctx context.Context, tx TX, ev event.Event) error {
 			var p benchPayload
@@ -163,11 +167,24 @@ func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX],
 		serveBench(b, h)
 	})
 	b.Run("baseline", func(b *testing.B) {
-		s := open(b)
+		inTx := open(b).InTx
+		if bare != nil {
+			inTx = bare(b)
+		}
 		serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
-			return s.InTx(ctx, func(ctx context.Context, tx TX) error { return write(ctx, tx, obj, add) })
+			return inTx(ctx, func(ctx context.Context, tx TX) error { return write(ctx, tx, obj, add) })
 		}))
 	})
+	if bare != nil {
+		// The same write through the store's own transaction, which idem
+		// pipelines: what the baseline would cost if its author did too.
+		b.Run("baseline-pipelined", func(b *testing.B) {
+			s := open(b)
+			serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
+				return s.InTx(ctx, func(ctx context.Context, tx TX) error { return write(ctx, tx, obj, add) })
+			}))
+		})
+	}
 }
 
 func BenchmarkHandler(b *testing.B) {
@@ -195,11 +212,12 @@ func BenchmarkHandler(b *testing.B) {
 			func(ctx context.Context, tx *sql.Tx, obj string, add int) error {
 				_, err := tx.ExecContext(ctx, upsert, obj, add)
 				return err
-			})
+			}, nil)
 	})
 	b.Run("postgres", func(b *testing.B) {
+		var pool *pgxpool.Pool
 		open := func(b *testing.B) *pgstore.Store {
-			pool := testdb.Postgres(b)
+			pool = testdb.Postgres(b)
 			ctx := context.Background()
 			if _, err := pgstore.Migrate(ctx, pool); err != nil {
 				b.Fatal(err)
@@ -218,6 +236,13 @@ func BenchmarkHandler(b *testing.B) {
 			func(ctx context.Context, tx pgx.Tx, obj string, add int) error {
 				_, err := tx.Exec(ctx, upsert, obj, add)
 				return err
+			},
+			// A plain pgx transaction: BEGIN, the write, COMMIT.
+			func(b *testing.B) func(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+				open(b)
+				return func(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+					return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+				}
 			})
 	})
 }

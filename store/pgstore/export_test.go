@@ -53,3 +53,11 @@ func OnGroupSent(f func(keys []string)) { groupSent = f }
 
 // SweepSQL lets tests read the sweep statement's plan.
 var SweepSQL = sweepSQL
+
+// Later queues a write in a transaction of the store, as its own last
+// writes are.
+var Later = later
+
+// ErrQueued is what a statement reports when a write queued before it
+// failed.
+var ErrQueued = errQueued

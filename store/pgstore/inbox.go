@@ -131,13 +131,14 @@ func (s *Store) LockStreamTx(ctx context.Context, tx pgx.Tx, key store.StreamKey
 // PutStreamTx implements store.InboxStore (sql/stream_put.sql). A zero
 // gapSince is stored as NULL, which keeps the stream out of the index
 // OverdueStreams reads. A nil state is stored as an empty one, so that the
-// stream does not read as new afterwards.
+// stream does not read as new afterwards. The write is queued (see later):
+// it is usually the transaction's last and goes out with its COMMIT.
 func (s *Store) PutStreamTx(ctx context.Context, tx pgx.Tx, key store.StreamKey, state []byte, gapSince time.Time) error {
 	var gap any
 	if !gapSince.IsZero() {
 		gap = gapSince
 	}
-	if _, err := tx.Exec(ctx, streamPutSQL, bytesOf(key.Source), bytesOf(key.Subject), orEmpty(state), gap); err != nil {
+	if err := later(ctx, tx, streamPutSQL, bytesOf(key.Source), bytesOf(key.Subject), orEmpty(state), gap); err != nil {
 		return fmt.Errorf("idem/pgstore: put stream %s: %w", streamName(key), err)
 	}
 	return nil

@@ -44,12 +44,19 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // BeginTx begins a transaction as InTx does, for the caller to end with
 // CommitTx or RollbackTx (one of them, always: the transaction holds a
 // pooled connection until then).
+//
+// The transaction is a pgx.Tx whose BEGIN goes out with its first
+// statement, and whose last writes of idem's own go out with its COMMIT,
+// in one pipeline each: a transaction costs one round trip per statement,
+// not two more for BEGIN and COMMIT. BeginTx itself only takes a
+// connection from the pool, so a server that is down shows at the first
+// statement.
 func (s *Store) BeginTx(ctx context.Context) (pgx.Tx, error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("idem/pgstore: begin: %w", err)
 	}
-	return tx, nil
+	return newLazyTx(conn), nil
 }
 
 // CommitTx commits tx. An error leaves the outcome unknown (the server may
