@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,8 +55,20 @@ func run(args []string, stdout io.Writer) error {
 	duration := fs.Duration("duration", 3*time.Second, "how long each row runs")
 	rows := fs.String("rows", "", "run only the row groups whose name matches this regexp (http-replay, http-new, executions, stores)")
 	verbose := fs.Bool("v", false, "log progress to stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (clients and servers) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	opts := options{duration: *duration, logger: slog.New(slog.DiscardHandler)}
 	if *verbose {

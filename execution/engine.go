@@ -245,6 +245,23 @@ func Memoized[V any](ctx context.Context, k any, read func() (V, error)) (V, err
 	return v, err
 }
 
+// WithMemo returns ctx with v kept under k in the memo of the engine calls
+// made with it, so that Memoized answers v there without reading: for a
+// caller that has just read it (an HTTP request authenticated by its
+// application carries that application). The memo then lasts as long as
+// ctx, across the engine calls made with it.
+func WithMemo(ctx context.Context, k, v any) context.Context {
+	m, _ := ctx.Value(memoKey{}).(*callMemo)
+	if m == nil {
+		m = &callMemo{m: map[any]any{}}
+		ctx = context.WithValue(ctx, memoKey{}, m)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.m[k] = v
+	return ctx
+}
+
 // emit reports ev to OnEventTx.
 func (en *Engine[TX]) emit(ctx context.Context, tx TX, task store.Task, e store.Execution, ev store.Event) error {
 	if en.cfg.OnEventTx == nil {

@@ -343,7 +343,10 @@ func (srv *Server[TX]) asApp(h http.HandlerFunc) http.Handler {
 			srv.problem(w, problem.SlugApplicationDisabled, http.StatusForbidden, "")
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), appKey{}, a.Name)))
+		// The engine calls of this request find the application in their
+		// memo: their events need not read it again (onEventTx).
+		ctx := execution.WithMemo(context.WithValue(r.Context(), appKey{}, a.Name), appMemo(a.Name), a)
+		h(w, r.WithContext(ctx))
 	})
 }
 
