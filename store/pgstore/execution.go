@@ -20,6 +20,8 @@ var (
 	taskInsertSQL string
 	//go:embed sql/task_get.sql
 	taskGetSQL string
+	//go:embed sql/task_of_execution.sql
+	taskOfExecutionSQL string
 	//go:embed sql/task_current.sql
 	taskCurrentSQL string
 	//go:embed sql/task_move.sql
@@ -420,9 +422,9 @@ type scanPrefix struct {
 
 func (p scanPrefix) Scan(dst ...any) error { return p.row.Scan(append(p.pre, dst...)...) }
 
-// GetExecutionsTx implements store.ExecutionStore in two round trips,
-// whatever the number of refs: the executions' reads in one pipeline
-// (pgx batch), then their tasks'.
+// GetExecutionsTx implements store.ExecutionStore in one round trip,
+// whatever the number of refs: each execution's read and its task's
+// (sql/task_of_execution.sql) in one pipeline (pgx batch).
 func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.ExecutionRef) ([]store.Execution, []store.Task, error) {
 	execs, tasks := make([]store.Execution, len(refs)), make([]store.Task, len(refs))
 	for i, r := range refs {
@@ -431,20 +433,23 @@ func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.Exe
 		}
 		execs[i] = store.Execution{App: r.App, ID: r.ID}
 	}
-	err := pipeline(ctx, tx, len(refs), func(b *pgx.Batch, i int) { b.Queue(executionGetSQL, refs[i].App, refs[i].ID) },
-		func(row pgx.Row, i int) error {
-			return execError("get execution", refs[i].App, refs[i].ID, scanExecution(row, &execs[i]))
-		})
-	if err != nil {
-		return nil, nil, err
-	}
-	err = pipeline(ctx, tx, len(refs), func(b *pgx.Batch, i int) { b.Queue(taskGetSQL, refs[i].App, execs[i].TaskID) },
-		func(row pgx.Row, i int) error {
-			t, err := scanTask(row)
-			t.App = refs[i].App
-			tasks[i] = t
-			return execError("get task", refs[i].App, execs[i].TaskID, err)
-		})
+	err := pipeline(ctx, tx, 2*len(refs), func(b *pgx.Batch, j int) {
+		r := refs[j/2]
+		if j%2 == 0 {
+			b.Queue(executionGetSQL, r.App, r.ID)
+		} else {
+			b.Queue(taskOfExecutionSQL, r.App, r.ID)
+		}
+	}, func(row pgx.Row, j int) error {
+		i, r := j/2, refs[j/2]
+		if j%2 == 0 {
+			return execError("get execution", r.App, r.ID, scanExecution(row, &execs[i]))
+		}
+		t, err := scanTask(row)
+		t.App = r.App
+		tasks[i] = t
+		return execError("get task", r.App, execs[i].TaskID, err)
+	})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -97,6 +98,20 @@ func TestTransactionRoundTrips(t *testing.T) {
 		return err
 	}
 	stream := store.StreamKey{Source: "src", Subject: "s"}
+	var refs []store.ExecutionRef
+	for i := range 3 {
+		ref := store.ExecutionRef{App: "app", ID: fmt.Sprintf("e%d", i)}
+		refs = append(refs, ref)
+		if err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return s.CreateTaskTx(ctx, tx, store.NewTask{
+				Task:        store.Task{App: "app", ID: fmt.Sprintf("t%d", i), Type: "export", Input: []byte(`{}`), CreatedAt: time.Now()},
+				ExecutionID: ref.ID, Status: store.ExecutionCreated,
+				Event: store.Event{Type: "idem.execution.created", Data: []byte(`{}`), Time: time.Now()},
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, c := range []struct {
 		name string
 		want int64
@@ -122,6 +137,15 @@ func TestTransactionRoundTrips(t *testing.T) {
 					return err
 				}
 				return s.PutStreamTx(ctx, tx, stream, []byte("{}"), time.Time{})
+			})
+		}},
+		{"three executions and their tasks read, then the commit", 2, func() error {
+			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				execs, tasks, err := s.GetExecutionsTx(ctx, tx, refs)
+				if err == nil && (len(execs) != 3 || tasks[2].ID != "t2" || execs[2].TaskID != "t2") {
+					err = fmt.Errorf("read %+v %+v", execs, tasks)
+				}
+				return err
 			})
 		}},
 		{"a rollback before anything was sent", 0, func() error {
