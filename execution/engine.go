@@ -271,8 +271,9 @@ func (en *Engine[TX]) emit(ctx context.Context, tx TX, task store.Task, e store.
 }
 
 // CreateTx writes, in tx, the task, its first execution (CREATED, then
-// QUEUED: events 1 and 2) and its step, ready for a worker. The caller's
-// own writes in tx (its request key, its business row) commit with them.
+// QUEUED: events 1 and 2) and its step, ready for a worker, in one store
+// call (PostgreSQL: one round trip). The caller's own writes in tx (its
+// request key, its business row) commit with them.
 func (en *Engine[TX]) CreateTx(ctx context.Context, tx TX, app string, nt NewTask) (store.Task, store.Execution, error) {
 	ctx = withMemo(ctx)
 	tc, ok := en.cfg.Types[nt.Type]
@@ -282,7 +283,12 @@ func (en *Engine[TX]) CreateTx(ctx context.Context, tx TX, app string, nt NewTas
 	if !json.Valid(nt.Input) {
 		return store.Task{}, store.Execution{}, fmt.Errorf("%w: input is not JSON", ErrBadInput)
 	}
-	now := en.cfg.Now()
+	next, changed, err := Next(StatusCreated, ActionQueue)
+	if err != nil || !changed {
+		return store.Task{}, store.Execution{}, fmt.Errorf("execution: a created execution does not queue: %v", err)
+	}
+	// The stores keep microseconds: what CreateTx returns is what they read.
+	now := en.cfg.Now().Truncate(time.Microsecond)
 	task := store.Task{App: app, ID: en.cfg.NewID(), Type: nt.Type, Input: nt.Input, ExternalRef: nt.ExternalRef,
 		Deadline: nt.Deadline, CreatedAt: now}
 	id := nt.ExecutionID
@@ -292,21 +298,31 @@ func (en *Engine[TX]) CreateTx(ctx context.Context, tx TX, app string, nt NewTas
 	e := store.Execution{App: app, ID: id, TaskID: task.ID, Number: 1, Status: store.ExecutionCreated, LastSequence: 1, CreatedAt: now,
 		Workflow: nt.Workflow, Version: nt.Version}
 	task.CurrentExecution, task.Status = e.ID, e.Status
+	queued := e
+	queued.Status, queued.LastSequence = store.ExecutionStatus(next), 2
 	first := en.event(task, e, statusType(StatusCreated), nil)
-	if err := en.s.CreateTaskTx(ctx, tx, store.NewTask{Task: task, ExecutionID: e.ID, Status: e.Status, Event: first,
-		Workflow: e.Workflow, Version: e.Version}); err != nil {
-		return store.Task{}, store.Execution{}, err
+	second := en.event(task, queued, statusType(next), nil)
+	spec := nt.Step
+	if spec == nil {
+		spec = &StepSpec{Name: task.Type, IdempotencyKey: e.ID + ":" + task.Type, Once: tc.Once}
 	}
-	first.Sequence = 1
-	if err := en.emit(ctx, tx, task, e, first); err != nil {
-		return store.Task{}, store.Execution{}, err
-	}
-	e, err := en.queue(ctx, tx, task, e, tc, nt.Step)
+	step, err := en.newStep(task, queued, *spec, now)
 	if err != nil {
 		return store.Task{}, store.Execution{}, err
 	}
-	task.Status = e.Status
-	return task, e, nil
+	if err := en.s.CreateTaskTx(ctx, tx, store.NewTask{Task: task, ExecutionID: e.ID, Status: queued.Status, Event: first,
+		More: []store.Event{second}, Step: &step, Workflow: e.Workflow, Version: e.Version}); err != nil {
+		return store.Task{}, store.Execution{}, err
+	}
+	first.Sequence, second.Sequence = 1, 2
+	if err := en.emit(ctx, tx, task, e, first); err != nil {
+		return store.Task{}, store.Execution{}, err
+	}
+	if err := en.emit(ctx, tx, task, queued, second); err != nil {
+		return store.Task{}, store.Execution{}, err
+	}
+	task.Status = queued.Status
+	return task, queued, nil
 }
 
 // queue moves a CREATED execution to QUEUED and dispatches its first
@@ -324,11 +340,20 @@ func (en *Engine[TX]) queue(ctx context.Context, tx TX, task store.Task, e store
 
 // dispatch adds step s of e, ready for a worker from due on.
 func (en *Engine[TX]) dispatch(ctx context.Context, tx TX, task store.Task, e store.Execution, s StepSpec, due time.Time) error {
-	if s.Name == "" {
-		return fmt.Errorf("%w: a step needs a name", ErrBadInput)
+	st, err := en.newStep(task, e, s, due)
+	if err != nil {
+		return err
 	}
-	return en.s.AddStepTx(ctx, tx, store.Step{App: task.App, ID: en.cfg.NewID(), ExecutionID: e.ID, Name: s.Name, Type: task.Type,
-		Once: s.Once || en.cfg.Types[task.Type].Once, Status: store.StepDispatched, DueAt: due, IdempotencyKey: s.IdempotencyKey, CreatedAt: en.cfg.Now()})
+	return en.s.AddStepTx(ctx, tx, st)
+}
+
+// newStep is step s of e, ready for a worker from due on.
+func (en *Engine[TX]) newStep(task store.Task, e store.Execution, s StepSpec, due time.Time) (store.Step, error) {
+	if s.Name == "" {
+		return store.Step{}, fmt.Errorf("%w: a step needs a name", ErrBadInput)
+	}
+	return store.Step{App: task.App, ID: en.cfg.NewID(), ExecutionID: e.ID, Name: s.Name, Type: task.Type,
+		Once: s.Once || en.cfg.Types[task.Type].Once, Status: store.StepDispatched, DueAt: due, IdempotencyKey: s.IdempotencyKey, CreatedAt: en.cfg.Now()}, nil
 }
 
 // transition applies action a to e in tx (decided by Next on e's status)

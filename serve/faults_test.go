@@ -43,11 +43,20 @@ func (f *faulty) BeginTx(ctx context.Context) (*sql.Tx, error) {
 	return f.Store.BeginTx(ctx)
 }
 
+// CreateTaskTx fails before writing ("create"), or after writing the
+// task, its execution, its events and its step in tx ("create-written"),
+// as a store whose last insert failed would.
 func (f *faulty) CreateTaskTx(ctx context.Context, tx *sql.Tx, t store.NewTask) error {
 	if fail, _ := f.hit("create"); fail {
 		return errInjected
 	}
-	return f.Store.CreateTaskTx(ctx, tx, t)
+	if err := f.Store.CreateTaskTx(ctx, tx, t); err != nil {
+		return err
+	}
+	if fail, _ := f.hit("create-written"); fail {
+		return errInjected
+	}
+	return nil
 }
 
 func (f *faulty) TransitionTx(ctx context.Context, tx *sql.Tx, t store.Transition) (store.Execution, bool, error) {
@@ -116,8 +125,8 @@ func TestCreateFaults(t *testing.T) {
 	}{
 		{"begin", false, 503},
 		{"create", false, 503},
-		{"transition", false, 503},
-		{"step", false, 503},
+		{"create-written", false, 503}, // the execution queued and its step written: one store call
+
 		{"callback", false, 503},
 		{"complete", false, 503},
 		{"commit", false, 503},

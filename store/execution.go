@@ -96,6 +96,13 @@ type NewTask struct {
 	Status ExecutionStatus
 	// Event is the first execution's first event (sequence 1).
 	Event Event
+	// More are the execution's next events (sequences 2, 3, …), written
+	// with it: a task created and queued at once has its queued event
+	// here, and Status is the status after them.
+	More []Event
+	// Step, when set, is the execution's first step, added with it as
+	// AddStepTx adds one (an ID in use is ErrDuplicate).
+	Step *Step
 	// Workflow and Version are the first execution's (Execution).
 	Workflow string
 	Version  int
@@ -163,9 +170,10 @@ type TaskQuery struct {
 type ExecutionStore[TX any] interface {
 	Transactor[TX]
 
-	// CreateTaskTx writes t.Task, its first execution (Number 1, t.Status)
-	// and t.Event as that execution's sequence 1, in tx. A task or
-	// execution ID already used by the application is ErrDuplicate.
+	// CreateTaskTx writes t.Task, its first execution (Number 1, t.Status),
+	// t.Event as that execution's sequence 1, t.More as the next ones and
+	// t.Step, in tx. A task, execution or step ID already used by the
+	// application is ErrDuplicate.
 	CreateTaskTx(ctx context.Context, tx TX, t NewTask) error
 
 	// RerunTx writes a new execution of r's task with the next Number, its

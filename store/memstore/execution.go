@@ -104,7 +104,14 @@ func (x *Executions) CreateTaskTx(ctx context.Context, tx *Tx, t store.NewTask) 
 	task.CurrentExecution, task.Status = t.ExecutionID, t.Status
 	e := store.Execution{App: task.App, ID: t.ExecutionID, TaskID: task.ID, Number: 1, Status: t.Status, CreatedAt: task.CreatedAt,
 		Workflow: t.Workflow, Version: t.Version}
-	x.appendEvent(tx, &e, t.Event)
+	if st := t.Step; st != nil {
+		if err := x.AddStepTx(ctx, tx, *st); err != nil {
+			return err
+		}
+	}
+	for _, ev := range append([]store.Event{t.Event}, t.More...) {
+		x.appendEvent(tx, &e, ev)
+	}
 	x.putTask(tx, task)
 	x.putExec(tx, e)
 	return nil

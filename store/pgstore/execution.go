@@ -99,7 +99,7 @@ func insertOnce(ctx context.Context, tx pgx.Tx, query string, args ...any) error
 // insertExecution writes an execution created at createdAt, with its first
 // event (sequence 1).
 func insertExecution(ctx context.Context, tx pgx.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, workflow string, version int, ev store.Event) error {
-	if err := insertOnce(ctx, tx, executionInsertSQL, app, id, taskID, number, int16(status), createdAt, workflow, version); err != nil {
+	if err := insertOnce(ctx, tx, executionInsertSQL, app, id, taskID, number, int16(status), createdAt, workflow, version, int64(1)); err != nil {
 		return fmt.Errorf("execution %q: %w", id, err)
 	}
 	return insertEvent(ctx, tx, app, id, 1, ev)
@@ -123,26 +123,41 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx pgx.Tx, t store.NewTask) er
 		"external ref": task.ExternalRef, "execution id": t.ExecutionID, "workflow": t.Workflow}); err != nil {
 		return execError("create task", task.App, task.ID, err)
 	}
-	if err := checkText(map[string]string{"event type": t.Event.Type}); err != nil {
-		return execError("create task", task.App, task.ID, err)
+	for _, ev := range append([]store.Event{t.Event}, t.More...) {
+		if err := checkText(map[string]string{"event type": ev.Type}); err != nil {
+			return execError("create task", task.App, task.ID, err)
+		}
 	}
-	// The three inserts go in one round trip. Should the task or the
-	// execution exist already, the error rolls the caller's transaction
+	if st := t.Step; st != nil {
+		if err := checkStep(*st); err != nil {
+			return execError("create task", task.App, task.ID, err)
+		}
+	}
+	// Every insert goes in one round trip. Should the task, the execution
+	// or the step exist already, the error rolls the caller's transaction
 	// back, the other inserts with it.
 	b := &pgx.Batch{}
+	what := []string{"task", "execution"}
 	b.Queue(taskInsertSQL, task.App, task.ID, task.Type, orEmpty(task.Input), task.ExternalRef,
 		orNull(task.Deadline), t.ExecutionID, int16(t.Status), task.CreatedAt)
-	b.Queue(executionInsertSQL, task.App, t.ExecutionID, task.ID, 1, int16(t.Status), task.CreatedAt, t.Workflow, t.Version)
-	b.Queue(executionEventInsertSQL, task.App, t.ExecutionID, int64(1), t.Event.Type, t.Event.Data, t.Event.Time)
+	b.Queue(executionInsertSQL, task.App, t.ExecutionID, task.ID, 1, int16(t.Status), task.CreatedAt, t.Workflow, t.Version, int64(1+len(t.More)))
+	for i, ev := range append([]store.Event{t.Event}, t.More...) {
+		b.Queue(executionEventInsertSQL, task.App, t.ExecutionID, int64(1+i), ev.Type, ev.Data, ev.Time)
+		what = append(what, "")
+	}
+	if st := t.Step; st != nil {
+		b.Queue(stepInsertSQL, st.App, st.ID, st.ExecutionID, st.Name, st.Type, st.Once, int16(st.Status), st.DueAt, st.IdempotencyKey, st.CreatedAt)
+		what = append(what, "step")
+	}
 	res := tx.SendBatch(ctx, b)
 	err := func() error {
-		for i, what := range []string{"task", "execution", "event"} {
+		for _, w := range what {
 			tag, err := res.Exec()
 			if err != nil {
 				return err
 			}
-			if i < 2 && tag.RowsAffected() == 0 {
-				return fmt.Errorf("%s: %w", what, store.ErrDuplicate)
+			if w != "" && tag.RowsAffected() == 0 {
+				return fmt.Errorf("%s: %w", w, store.ErrDuplicate)
 			}
 		}
 		return nil

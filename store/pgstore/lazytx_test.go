@@ -148,6 +148,20 @@ func TestTransactionRoundTrips(t *testing.T) {
 				return err
 			})
 		}},
+		{"a task, its execution, two events and its first step, then the commit", 2, func() error {
+			n++
+			id := fmt.Sprintf("c%d", n)
+			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				return s.CreateTaskTx(ctx, tx, store.NewTask{
+					Task:        store.Task{App: "app", ID: id, Type: "export", Input: []byte(`{}`), CreatedAt: time.Now()},
+					ExecutionID: id, Status: store.ExecutionQueued,
+					Event: store.Event{Type: "idem.execution.created", Data: []byte(`{}`), Time: time.Now()},
+					More:  []store.Event{{Type: "idem.execution.queued", Data: []byte(`{}`), Time: time.Now()}},
+					Step: &store.Step{App: "app", ID: id, ExecutionID: id, Name: "export", Type: "export", Status: store.StepDispatched,
+						DueAt: time.Now(), CreatedAt: time.Now()},
+				})
+			})
+		}},
 		{"a rollback before anything was sent", 0, func() error {
 			tx, err := s.BeginTx(ctx)
 			if err != nil {

@@ -47,15 +47,21 @@ func scanStep(row pgx.Row, st *store.Step, pre ...any) error {
 
 // AddStepTx implements store.StepStore.
 func (s *Store) AddStepTx(ctx context.Context, tx pgx.Tx, st store.Step) error {
-	if st.App == "" || st.ID == "" || st.ExecutionID == "" || st.Status == 0 {
-		return execError("add step", st.App, st.ID, errors.New("app, id, execution id and status are required"))
-	}
-	if err := checkText(map[string]string{"app": st.App, "step id": st.ID, "execution id": st.ExecutionID, "name": st.Name,
-		"type": st.Type, "idempotency key": st.IdempotencyKey}); err != nil {
+	if err := checkStep(st); err != nil {
 		return execError("add step", st.App, st.ID, err)
 	}
 	return execError("add step", st.App, st.ID, insertOnce(ctx, tx, stepInsertSQL, st.App, st.ID, st.ExecutionID, st.Name, st.Type,
 		st.Once, int16(st.Status), st.DueAt, st.IdempotencyKey, st.CreatedAt))
+}
+
+// checkStep refuses a step that AddStepTx cannot write, before any
+// statement runs.
+func checkStep(st store.Step) error {
+	if st.App == "" || st.ID == "" || st.ExecutionID == "" || st.Status == 0 {
+		return errors.New("app, id, execution id and status are required")
+	}
+	return checkText(map[string]string{"app": st.App, "step id": st.ID, "execution id": st.ExecutionID, "name": st.Name,
+		"type": st.Type, "idempotency key": st.IdempotencyKey})
 }
 
 // ClaimStepsTx implements store.StepStore in one statement

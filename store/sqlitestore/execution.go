@@ -68,13 +68,19 @@ func insertOnce(ctx context.Context, tx *sql.Tx, query string, args ...any) erro
 
 // insertExecution writes an execution created at createdAt, with its first
 // event (sequence 1).
-func insertExecution(ctx context.Context, tx *sql.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, workflow string, version int, ev store.Event) error {
+// insertExecution writes an execution with its events, numbered from 1.
+func insertExecution(ctx context.Context, tx *sql.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, workflow string, version int, evs ...store.Event) error {
 	if err := insertOnce(ctx, tx, executionInsertSQL, sql.Named("app", app), sql.Named("id", id), sql.Named("task_id", taskID),
-		sql.Named("number", number), sql.Named("status", int(status)), sql.Named("created_at", toMicros(createdAt)),
+		sql.Named("number", number), sql.Named("status", int(status)), sql.Named("last_seq", len(evs)), sql.Named("created_at", toMicros(createdAt)),
 		sql.Named("workflow", workflow), sql.Named("version", version)); err != nil {
 		return fmt.Errorf("execution %q: %w", id, err)
 	}
-	return insertEvent(ctx, tx, app, id, 1, ev)
+	for i, ev := range evs {
+		if err := insertEvent(ctx, tx, app, id, int64(1+i), ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func insertEvent(ctx context.Context, tx *sql.Tx, app, executionID string, seq int64, ev store.Event) error {
@@ -97,8 +103,14 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx *sql.Tx, t store.NewTask) e
 		sql.Named("current_execution", t.ExecutionID), sql.Named("status", int(t.Status)), sql.Named("created_at", toMicros(task.CreatedAt))); err != nil {
 		return execError("create task", task.App, task.ID, err)
 	}
-	return execError("create task", task.App, task.ID,
-		insertExecution(ctx, tx, task.App, t.ExecutionID, task.ID, 1, t.Status, task.CreatedAt, t.Workflow, t.Version, t.Event))
+	if err := insertExecution(ctx, tx, task.App, t.ExecutionID, task.ID, 1, t.Status, task.CreatedAt, t.Workflow, t.Version,
+		append([]store.Event{t.Event}, t.More...)...); err != nil {
+		return execError("create task", task.App, task.ID, err)
+	}
+	if t.Step != nil {
+		return s.AddStepTx(ctx, tx, *t.Step)
+	}
+	return nil
 }
 
 // RerunTx implements store.ExecutionStore.

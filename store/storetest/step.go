@@ -96,6 +96,45 @@ func exerciseSteps[TX any](t *testing.T, open Open[TX]) {
 		return st, applied
 	}
 
+	t.Run("CreateWritesMoreEventsAndTheFirstStep", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		step := store.Step{App: "app-a", ID: "s2", ExecutionID: "e2", Name: "export", Type: "export", Status: store.StepDispatched,
+			DueAt: t0, IdempotencyKey: "e2:export", CreatedAt: t0}
+		nt := store.NewTask{
+			Task:        store.Task{App: "app-a", ID: "t2", Type: "export", Input: []byte(`{}`), CreatedAt: t0},
+			ExecutionID: "e2", Status: store.ExecutionQueued,
+			Event: store.Event{Type: "idem.execution.created", Data: []byte(`{"n":1}`), Time: t0},
+			More:  []store.Event{{Type: "idem.execution.queued", Data: []byte(`{"n":2}`), Time: t0}},
+			Step:  &step,
+		}
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error { return s.CreateTaskTx(ctx, tx, nt) }); err != nil {
+			t.Fatal(err)
+		}
+		e, err := s.GetExecution(ctx, "app-a", "e2")
+		if err != nil || e.Status != store.ExecutionQueued || e.LastSequence != 2 {
+			t.Fatalf("execution %+v %v, want QUEUED at sequence 2", e, err)
+		}
+		evs, err := s.ListEvents(ctx, "app-a", "e2", 0, 10)
+		if err != nil || len(evs) != 2 || evs[0].Sequence != 1 || evs[0].Type != "idem.execution.created" ||
+			evs[1].Sequence != 2 || evs[1].Type != "idem.execution.queued" || string(evs[1].Data) != `{"n":2}` {
+			t.Fatalf("events %+v %v", evs, err)
+		}
+		if got, ok := claim(t, s, "w", t0); !ok || got.ID != "s2" || got.IdempotencyKey != "e2:export" {
+			t.Fatalf("claimed %+v %v, want the step written with the task", got, ok)
+		}
+		// A step ID in use refuses the whole creation.
+		again := nt
+		again.Task.ID, again.ExecutionID = "t3", "e3"
+		again.Step = &store.Step{App: "app-a", ID: "s2", ExecutionID: "e3", Name: "export", Type: "export", Status: store.StepDispatched, DueAt: t0, CreatedAt: t0}
+		if err := s.InTx(ctx, func(ctx context.Context, tx TX) error { return s.CreateTaskTx(ctx, tx, again) }); !errors.Is(err, store.ErrDuplicate) {
+			t.Fatalf("a step ID in use: %v, want ErrDuplicate", err)
+		}
+		if _, err := s.GetTask(ctx, "app-a", "t3"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the refused task was written: %v", err)
+		}
+	})
+
 	t.Run("ClaimGoesToOneWorker", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
