@@ -54,6 +54,15 @@ func (s *Store) AddStepTx(ctx context.Context, tx pgx.Tx, st store.Step) error {
 		st.Once, int16(st.Status), st.DueAt, st.IdempotencyKey, st.CreatedAt))
 }
 
+// genericPlansSQL makes the transaction's next statements run with a
+// generic plan, keeping its setting to put back; customPlansSQL puts it
+// back. ClaimStepsTx runs its claim between them.
+const (
+	genericPlansSQL = `SELECT set_config('idem.plan_cache_mode', current_setting('plan_cache_mode'), true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)`
+	customPlansSQL = `SELECT set_config('plan_cache_mode', current_setting('idem.plan_cache_mode'), true)`
+)
+
 // checkStep refuses a step that AddStepTx cannot write, before any
 // statement runs.
 func checkStep(st store.Step) error {
@@ -77,7 +86,18 @@ func (s *Store) ClaimStepsTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) 
 	if err := checkText(types); err != nil {
 		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
 	}
-	rows, err := tx.Query(ctx, stepClaimSQL, c.Types, c.Now, c.Owner, c.Now.Add(c.Lease), max(c.Limit, 1))
+	// The claim runs with a generic plan (see sql/step_claim.sql), and the
+	// transaction's setting is put back after it, all in one round trip.
+	b := &pgx.Batch{}
+	b.Queue(genericPlansSQL)
+	b.Queue(stepClaimSQL, c.Types, c.Now, c.Owner, c.Now.Add(c.Lease), max(c.Limit, 1))
+	b.Queue(customPlansSQL)
+	res := tx.SendBatch(ctx, b)
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+	}
+	rows, err := res.Query()
 	if err != nil {
 		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
 	}
@@ -87,6 +107,12 @@ func (s *Store) ClaimStepsTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) 
 		return st, err
 	})
 	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+	}
+	if _, err := res.Exec(); err != nil {
+		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+	}
+	if err := res.Close(); err != nil {
 		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
 	}
 	slices.SortFunc(out, func(a, b store.Step) int {

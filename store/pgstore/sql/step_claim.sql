@@ -14,30 +14,39 @@
 -- until the transaction ends, and are not changed. There is no join
 -- between a walk and the table: its plan would hang on statistics, and a
 -- nested loop over a young table's stale ones rescans the walk per row.
+-- The claimed rows are updated by their ctid (a TID scan), never by a
+-- join with c, whose plan hangs on statistics (a generic plan, not
+-- knowing c's size, hashed the whole table). A row's ctid cannot change
+-- meanwhile: this statement holds its lock, and the walk returned the
+-- version it locked. When that version was committed after this
+-- statement began (a claim's update, rechecked and still claimable), the
+-- update cannot see it and passes it over: the step stays as it was, for
+-- the next claim. Nothing is ever claimed twice.
+-- ClaimStepsTx runs this statement with a generic plan, so that a claim
+-- is not planned afresh every time (planning cost as much as running it).
 -- The rows come back in no order; the caller sorts them.
 -- $1 types, $2 now, $3 owner, $4 lease_until, $5 limit.
 WITH dispatched AS (
-    SELECT d.app, d.id, d.due_at FROM unnest($1::text[]) AS k(type), LATERAL (
-        SELECT app, id, due_at FROM idem_steps
+    SELECT d.ctid, d.id, d.due_at FROM unnest($1::text[]) AS k(type), LATERAL (
+        SELECT ctid, id, due_at FROM idem_steps
         WHERE status = 2 AND NOT cancel_requested AND type = k.type AND due_at <= $2
         ORDER BY due_at, id
         LIMIT $5
         FOR UPDATE SKIP LOCKED
     ) d
 ), expired AS (
-    SELECT app, id, due_at FROM idem_steps
+    SELECT ctid, id, due_at FROM idem_steps
     WHERE status = 3 AND NOT once AND NOT cancel_requested AND type = ANY($1::text[]) AND lease_until <= $2
     ORDER BY lease_until, id
     LIMIT $5
     FOR UPDATE SKIP LOCKED
 ), c AS (
-    SELECT app, id FROM (SELECT * FROM dispatched UNION ALL SELECT * FROM expired) cand
+    SELECT ctid FROM (SELECT * FROM dispatched UNION ALL SELECT * FROM expired) cand
     ORDER BY due_at, id
     LIMIT $5
 )
 UPDATE idem_steps s
 SET status = 3, epoch = s.epoch + 1, attempts = s.attempts + 1, owner = $3, lease_until = $4
-FROM c
-WHERE s.app = c.app AND s.id = c.id
+WHERE s.ctid = ANY(ARRAY(SELECT ctid FROM c))
 RETURNING s.app, s.id, s.execution_id, s.name, s.type, s.once, s.status, s.epoch, s.attempts, s.owner, s.lease_until,
           s.due_at, s.cancel_requested, s.output, s.error, s.idempotency_key, s.created_at
