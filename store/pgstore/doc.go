@@ -36,6 +36,15 @@
 // calls CompleteTx, so the effect and the stored response commit together
 // or not at all.
 //
+// The transaction costs one round trip per statement: its BEGIN goes out
+// in one pipeline with its first statement (pgx's Batch.BeginTx), and the
+// store's own last writes that need no answer (an ordered stream's new
+// state) go out with its COMMIT. Statements run in the order they were
+// issued; a queued write that fails fails the statement or the commit it
+// went out with, and that commit reports pgx.ErrTxCommitRollback. A
+// savepoint (Begin), Conn, CopyFrom, Prepare or LargeObjects sends what is
+// pending first and stops the queueing. See lazytx.go.
+//
 // # Statements
 //
 // The SQL is in sql/*.sql, one file per operation, and the schema in
