@@ -34,8 +34,11 @@ import (
 // endpoint (signature check, CloudEvent parsing, inbox row, order state,
 // apply, commit) against a baseline handler that does the same business
 // write without idem: read the body, decode the payload, and update the
-// order's row in one transaction. Both are served in-process (no network)
-// from bodies built and signed the same way, so the ratio is idem's cost.
+// order's row in one transaction (on PostgreSQL a plain pgx transaction,
+// as a user's handler would run it; "baseline-pipelined" runs the same
+// write through pgstore's transaction, which idem's side uses). Both are
+// served in-process (no network) from bodies built and signed the same
+// way, so the ratio is idem's cost.
 // Run both sides in one invocation and compare them:
 //
 //	go test -run '^$' -bench Handler -count 6 ./webhook
