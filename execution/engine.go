@@ -302,11 +302,7 @@ func (en *Engine[TX]) CreateTx(ctx context.Context, tx TX, app string, nt NewTas
 	queued.Status, queued.LastSequence = store.ExecutionStatus(next), 2
 	first := en.event(task, e, statusType(StatusCreated), nil)
 	second := en.event(task, queued, statusType(next), nil)
-	spec := nt.Step
-	if spec == nil {
-		spec = &StepSpec{Name: task.Type, IdempotencyKey: e.ID + ":" + task.Type, Once: tc.Once}
-	}
-	step, err := en.newStep(task, queued, *spec, now)
+	step, err := en.newStep(task, queued, firstStep(task, e, tc, nt.Step), now)
 	if err != nil {
 		return store.Task{}, store.Execution{}, err
 	}
@@ -332,10 +328,16 @@ func (en *Engine[TX]) queue(ctx context.Context, tx TX, task store.Task, e store
 	if err != nil {
 		return store.Execution{}, err
 	}
-	if first == nil {
-		first = &StepSpec{Name: task.Type, IdempotencyKey: e.ID + ":" + task.Type, Once: tc.Once}
+	return e, en.dispatch(ctx, tx, task, e, firstStep(task, e, tc, first), e.CreatedAt)
+}
+
+// firstStep is the first step of execution e: first, or one named after
+// the task's type.
+func firstStep(task store.Task, e store.Execution, tc TypeConfig, first *StepSpec) StepSpec {
+	if first != nil {
+		return *first
 	}
-	return e, en.dispatch(ctx, tx, task, e, *first, e.CreatedAt)
+	return StepSpec{Name: task.Type, IdempotencyKey: e.ID + ":" + task.Type, Once: tc.Once}
 }
 
 // dispatch adds step s of e, ready for a worker from due on.

@@ -126,7 +126,6 @@ func TestCreateFaults(t *testing.T) {
 		{"begin", false, 503},
 		{"create", false, 503},
 		{"create-written", false, 503}, // the execution queued and its step written: one store call
-
 		{"callback", false, 503},
 		{"complete", false, 503},
 		{"commit", false, 503},

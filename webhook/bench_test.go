@@ -169,25 +169,19 @@ func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX],
 		}
 		serveBench(b, h)
 	})
-	b.Run("baseline", func(b *testing.B) {
-		inTx := open(b).InTx
-		if bare != nil {
-			inTx = bare(b)
-		}
+	serveWrite := func(b *testing.B, inTx func(ctx context.Context, fn func(ctx context.Context, tx TX) error) error) {
 		serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
 			return inTx(ctx, func(ctx context.Context, tx TX) error { return write(ctx, tx, obj, add) })
 		}))
-	})
-	if bare != nil {
-		// The same write through the store's own transaction, which idem
-		// pipelines: what the baseline would cost if its author did too.
-		b.Run("baseline-pipelined", func(b *testing.B) {
-			s := open(b)
-			serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
-				return s.InTx(ctx, func(ctx context.Context, tx TX) error { return write(ctx, tx, obj, add) })
-			}))
-		})
 	}
+	if bare == nil {
+		b.Run("baseline", func(b *testing.B) { serveWrite(b, open(b).InTx) })
+		return
+	}
+	b.Run("baseline", func(b *testing.B) { serveWrite(b, bare(b)) })
+	// The same write through the store's own transaction, which idem
+	// pipelines: what the baseline would cost if its author did too.
+	b.Run("baseline-pipelined", func(b *testing.B) { serveWrite(b, open(b).InTx) })
 }
 
 func BenchmarkHandler(b *testing.B) {

@@ -123,7 +123,8 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx pgx.Tx, t store.NewTask) er
 		"external ref": task.ExternalRef, "execution id": t.ExecutionID, "workflow": t.Workflow}); err != nil {
 		return execError("create task", task.App, task.ID, err)
 	}
-	for _, ev := range append([]store.Event{t.Event}, t.More...) {
+	evs := append([]store.Event{t.Event}, t.More...)
+	for _, ev := range evs {
 		if err := checkText(map[string]string{"event type": ev.Type}); err != nil {
 			return execError("create task", task.App, task.ID, err)
 		}
@@ -140,13 +141,13 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx pgx.Tx, t store.NewTask) er
 	what := []string{"task", "execution"}
 	b.Queue(taskInsertSQL, task.App, task.ID, task.Type, orEmpty(task.Input), task.ExternalRef,
 		orNull(task.Deadline), t.ExecutionID, int16(t.Status), task.CreatedAt)
-	b.Queue(executionInsertSQL, task.App, t.ExecutionID, task.ID, 1, int16(t.Status), task.CreatedAt, t.Workflow, t.Version, int64(1+len(t.More)))
-	for i, ev := range append([]store.Event{t.Event}, t.More...) {
+	b.Queue(executionInsertSQL, task.App, t.ExecutionID, task.ID, 1, int16(t.Status), task.CreatedAt, t.Workflow, t.Version, int64(len(evs)))
+	for i, ev := range evs {
 		b.Queue(executionEventInsertSQL, task.App, t.ExecutionID, int64(1+i), ev.Type, ev.Data, ev.Time)
 		what = append(what, "")
 	}
 	if st := t.Step; st != nil {
-		b.Queue(stepInsertSQL, st.App, st.ID, st.ExecutionID, st.Name, st.Type, st.Once, int16(st.Status), st.DueAt, st.IdempotencyKey, st.CreatedAt)
+		b.Queue(stepInsertSQL, stepInsertArgs(*st)...)
 		what = append(what, "step")
 	}
 	res := tx.SendBatch(ctx, b)

@@ -79,11 +79,7 @@ func TestClaimStepPlan(t *testing.T) {
 				return err
 			}
 			defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE claim") }()
-			params := make([]string, len(args)) // EXECUTE takes no parameters of its own
-			for i, a := range args {
-				params[i] = literal(a)
-			}
-			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim("+strings.Join(params, ", ")+")").Scan(&out); err != nil {
+			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE "+execute("claim", args)).Scan(&out); err != nil {
 				return err
 			}
 			hit = out[0].Plan.Hit + out[0].Plan.Read

@@ -185,9 +185,6 @@ func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 // SendBatch implements pgx.Tx: b goes out after the heads, in the same
 // pipeline.
 func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if b.Len() > 0 && t.closed {
-		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
-	}
 	return t.send(ctx, b)
 }
 

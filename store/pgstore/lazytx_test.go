@@ -303,15 +303,21 @@ func TestTransactionBehavesAsPgx(t *testing.T) {
 			if _, err := sp.Exec(ctx, "INSERT INTO ledger (id, v) VALUES (13, 1)"); err != nil {
 				return err
 			}
+			// Nothing is queued while a savepoint may be around: this
+			// write runs now, inside the savepoint, and goes with it.
+			if err := pgstore.Later(ctx, tx, "INSERT INTO ledger (id, v) VALUES (14, 1)"); err != nil {
+				return err
+			}
 			if err := sp.Rollback(ctx); err != nil {
 				return err
 			}
-			// Nothing is queued while a savepoint may be around.
 			return pgstore.Later(ctx, tx, "UPDATE ledger SET v = 2 WHERE id = 12")
 		})
 		got := ledgerRows(t, pool)
-		if _, nested := got[13]; err != nil || got[12] != 2 || nested {
-			t.Fatalf("%v, ledger %v: want 12 updated and 13 rolled back with its savepoint", err, got)
+		_, nested := got[13]
+		_, queued := got[14]
+		if err != nil || got[12] != 2 || nested || queued {
+			t.Fatalf("%v, ledger %v: want 12 updated, and 13 and 14 rolled back with their savepoint", err, got)
 		}
 	})
 	t.Run("Conn", func(t *testing.T) {

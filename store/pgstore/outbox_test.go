@@ -749,11 +749,7 @@ func explain(t *testing.T, pool *pgxpool.Pool, generic bool, sql string, args ..
 			return err
 		}
 		defer func() { _, _ = tx.Exec(ctx, `DEALLOCATE explained`) }()
-		params := make([]string, len(args)) // EXECUTE takes no parameters of its own
-		for i, a := range args {
-			params[i] = literal(a)
-		}
-		rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE explained("+strings.Join(params, ", ")+")")
+		rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE "+execute("explained", args))
 		if err != nil {
 			return err
 		}
@@ -767,6 +763,16 @@ func explain(t *testing.T, pool *pgxpool.Pool, generic bool, sql string, args ..
 		t.Fatal(err)
 	}
 	return plan.String()
+}
+
+// execute is the call of prepared statement name with args written as
+// literals: EXECUTE takes no parameters of its own.
+func execute(name string, args []any) string {
+	params := make([]string, len(args))
+	for i, a := range args {
+		params[i] = literal(a)
+	}
+	return name + "(" + strings.Join(params, ", ") + ")"
 }
 
 // literal writes a statement parameter as SQL.

@@ -50,8 +50,12 @@ func (s *Store) AddStepTx(ctx context.Context, tx pgx.Tx, st store.Step) error {
 	if err := checkStep(st); err != nil {
 		return execError("add step", st.App, st.ID, err)
 	}
-	return execError("add step", st.App, st.ID, insertOnce(ctx, tx, stepInsertSQL, st.App, st.ID, st.ExecutionID, st.Name, st.Type,
-		st.Once, int16(st.Status), st.DueAt, st.IdempotencyKey, st.CreatedAt))
+	return execError("add step", st.App, st.ID, insertOnce(ctx, tx, stepInsertSQL, stepInsertArgs(st)...))
+}
+
+// stepInsertArgs are sql/step_insert.sql's parameters for st.
+func stepInsertArgs(st store.Step) []any {
+	return []any{st.App, st.ID, st.ExecutionID, st.Name, st.Type, st.Once, int16(st.Status), st.DueAt, st.IdempotencyKey, st.CreatedAt}
 }
 
 // genericPlansSQL makes the transaction's next statements run with a

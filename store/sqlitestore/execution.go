@@ -66,9 +66,8 @@ func insertOnce(ctx context.Context, tx *sql.Tx, query string, args ...any) erro
 	return nil
 }
 
-// insertExecution writes an execution created at createdAt, with its first
-// event (sequence 1).
-// insertExecution writes an execution with its events, numbered from 1.
+// insertExecution writes an execution created at createdAt, with its
+// events, numbered from 1.
 func insertExecution(ctx context.Context, tx *sql.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, workflow string, version int, evs ...store.Event) error {
 	if err := insertOnce(ctx, tx, executionInsertSQL, sql.Named("app", app), sql.Named("id", id), sql.Named("task_id", taskID),
 		sql.Named("number", number), sql.Named("status", int(status)), sql.Named("last_seq", len(evs)), sql.Named("created_at", toMicros(createdAt)),
