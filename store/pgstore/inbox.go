@@ -13,9 +13,9 @@ import (
 )
 
 // The inbox and per-stream order storage (store.InboxStore) on the tables
-// of migrations/002_idem_inbox.sql. Every *Tx method runs one statement (or
-// two, see LockStreamTx) in the caller's transaction; the others run on the
-// pool. Keys are stored as bytea and times as timestamptz, to the
+// of migrations/002_idem_inbox.sql. Every *Tx method runs one statement in the
+// caller's transaction (again when a row another transaction committed
+// meanwhile was not in its snapshot); the others run on the pool. Keys are stored as bytea and times as timestamptz, to the
 // microsecond.
 
 var _ store.InboxStore[pgx.Tx] = (*Store)(nil)
@@ -49,9 +49,10 @@ func (s *Store) RecordEventTx(ctx context.Context, tx pgx.Tx, key store.EventKey
 }
 
 // RecordEventLockStreamTx implements store.InboxPipeliner: the record and
-// the lock in one pipeline (pgx batch). A record whose conflicting row is
-// not visible yet, or a stream without a row, is settled by the one-by-one
-// statements afterwards, as RecordEventTx and LockStreamTx do.
+// the lock in one pipeline (pgx batch), a new stream's placeholder row
+// included. A record whose conflicting row is not visible yet, or a new
+// stream another transaction committed meanwhile, is settled by the
+// one-by-one statements afterwards, as RecordEventTx and LockStreamTx do.
 func (s *Store) RecordEventLockStreamTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time, stream store.StreamKey) (store.EventStatus, bool, []byte, error) {
 	b := &pgx.Batch{}
 	b.Queue(inboxRecordSQL, bytesOf(key.Source), bytesOf(key.ID), at)
@@ -98,13 +99,15 @@ func (s *Store) RecordEventLockStreamTx(ctx context.Context, tx pgx.Tx, key stor
 	return existing, inserted, state, nil
 }
 
-// LockStreamTx implements store.InboxStore. A stream with a row is locked
-// and read in one statement (sql/stream_lock.sql, SELECT ... FOR UPDATE).
-// A stream without one gets a placeholder row with a NULL state
-// (sql/stream_insert.sql), which its insert keeps locked until tx ends; a
-// transaction inserting the same new stream concurrently waits on the
-// primary key, and when the first commits it locks and reads the row that
-// one committed. A placeholder row reads as a new stream (nil state).
+// LockStreamTx implements store.InboxStore in one statement
+// (sql/stream_lock.sql): a stream with a row is locked and read (SELECT
+// ... FOR UPDATE); a stream without one gets a placeholder row with a NULL
+// state, which its insert keeps locked until tx ends. A transaction
+// inserting the same new stream concurrently makes the statement wait on
+// the primary key; when that one commits the statement returns nothing
+// (its snapshot is older than the row) and runs again, which locks and
+// reads the row that one committed. A placeholder row reads as a new
+// stream (nil state).
 func (s *Store) LockStreamTx(ctx context.Context, tx pgx.Tx, key store.StreamKey) ([]byte, error) {
 	src, sub := bytesOf(key.Source), bytesOf(key.Subject)
 	for range inboxAttempts {
@@ -115,13 +118,6 @@ func (s *Store) LockStreamTx(ctx context.Context, tx pgx.Tx, key store.StreamKey
 		}
 		if err = interpretError(err); !errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("idem/pgstore: lock stream %s: %w", streamName(key), err)
-		}
-		tag, err := tx.Exec(ctx, streamInsertSQL, src, sub)
-		if err != nil {
-			return nil, fmt.Errorf("idem/pgstore: lock stream %s: %w", streamName(key), err)
-		}
-		if tag.RowsAffected() == 1 {
-			return nil, nil
 		}
 		// Another transaction committed the stream's row meanwhile: lock it.
 	}

@@ -139,6 +139,19 @@ func TestTransactionRoundTrips(t *testing.T) {
 				return s.PutStreamTx(ctx, tx, stream, []byte("{}"), time.Time{})
 			})
 		}},
+		{"an ordered event on a new stream: the stream's placeholder goes with the lock", 3, func() error {
+			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				n++
+				key, fresh := store.EventKey{Source: "src", ID: time.Now().String()}, store.StreamKey{Source: "src", Subject: fmt.Sprintf("new-%d", n)}
+				if _, _, st, err := s.RecordEventLockStreamTx(ctx, tx, key, time.Now(), fresh); err != nil || st != nil {
+					return fmt.Errorf("a new stream read %q, %v", st, err)
+				}
+				if err := write(ctx, tx); err != nil {
+					return err
+				}
+				return s.PutStreamTx(ctx, tx, fresh, []byte("{}"), time.Time{})
+			})
+		}},
 		{"three executions and their tasks read, then the commit", 2, func() error {
 			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				execs, tasks, err := s.GetExecutionsTx(ctx, tx, refs)

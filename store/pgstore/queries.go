@@ -26,8 +26,6 @@ var (
 	inboxRecordSQL string
 	//go:embed sql/stream_lock.sql
 	streamLockSQL string
-	//go:embed sql/stream_insert.sql
-	streamInsertSQL string
 	//go:embed sql/stream_put.sql
 	streamPutSQL string
 	//go:embed sql/park.sql
