@@ -42,6 +42,8 @@ var (
 	executionEventsListSQL string
 	//go:embed sql/executions_overdue.sql
 	executionsOverdueSQL string
+	//go:embed sql/executions_get.sql
+	executionsGetSQL string
 )
 
 // execError wraps err with the operation and the row it concerns, keeping
@@ -438,18 +440,72 @@ type scanPrefix struct {
 
 func (p scanPrefix) Scan(dst ...any) error { return p.row.Scan(append(p.pre, dst...)...) }
 
-// GetExecutionsTx implements store.ExecutionStore in one round trip,
-// whatever the number of refs: each execution's read and its task's
-// (sql/task_of_execution.sql) in one pipeline (pgx batch).
+// GetExecutionsTx implements store.ExecutionStore in one statement,
+// whatever the number of refs (sql/executions_get.sql): a worker's claim
+// reads every execution it starts this way, and a statement per row costs
+// PostgreSQL more than the rows do. When a ref has no row, the reads of
+// each execution and its task, in one pipeline, say which is missing.
 func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.ExecutionRef) ([]store.Execution, []store.Task, error) {
 	execs, tasks := make([]store.Execution, len(refs)), make([]store.Task, len(refs))
+	apps, ids := make([]string, len(refs)), make([]string, len(refs))
 	for i, r := range refs {
 		if !storable(r.App) || !storable(r.ID) {
 			return nil, nil, execError("get execution", r.App, r.ID, store.ErrNotFound) // no such row can exist
 		}
 		execs[i] = store.Execution{App: r.App, ID: r.ID}
+		apps[i], ids[i] = r.App, r.ID
 	}
-	err := pipeline(ctx, tx, 2*len(refs), func(b *pgx.Batch, j int) {
+	if len(refs) == 0 {
+		return execs, tasks, nil
+	}
+	rows, err := tx.Query(ctx, executionsGetSQL, apps, ids)
+	if err != nil {
+		return nil, nil, execError("get executions", refs[0].App, refs[0].ID, err)
+	}
+	found := 0
+	for rows.Next() {
+		var (
+			n                           int64
+			e                           store.Execution
+			t                           store.Task
+			status, taskStatus          int16
+			started, finished, deadline *time.Time
+		)
+		err := rows.Scan(&n, &e.TaskID, &e.Number, &status, &e.LastSequence, &e.CreatedAt, &started, &finished, &e.Output, &e.Error,
+			&e.Progress, &e.Workflow, &e.Version,
+			&t.ID, &t.Type, &t.Input, &t.ExternalRef, &deadline, &t.CurrentExecution, &taskStatus, &t.CreatedAt)
+		if err != nil {
+			rows.Close()
+			return nil, nil, execError("get executions", refs[0].App, refs[0].ID, err)
+		}
+		if n < 1 || int(n) > len(refs) {
+			rows.Close()
+			return nil, nil, execError("get executions", refs[0].App, refs[0].ID, fmt.Errorf("%w: row %d of %d", store.ErrCorrupt, n, len(refs)))
+		}
+		i := int(n) - 1
+		e.App, e.ID = refs[i].App, refs[i].ID
+		e.Status, e.StartedAt, e.FinishedAt = store.ExecutionStatus(status), valueOf(started), valueOf(finished)
+		t.App, t.Deadline, t.Status = refs[i].App, valueOf(deadline), store.ExecutionStatus(taskStatus)
+		execs[i], tasks[i] = e, t
+		found++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, execError("get executions", refs[0].App, refs[0].ID, err)
+	}
+	if found < len(refs) {
+		// A row is missing: read them one by one, to name it.
+		if err := getExecutionsOneByOne(ctx, tx, refs, execs, tasks); err != nil {
+			return nil, nil, err
+		}
+	}
+	return execs, tasks, nil
+}
+
+// getExecutionsOneByOne reads each execution of refs and its task
+// (sql/task_of_execution.sql) in one pipeline: the error names the first
+// row missing.
+func getExecutionsOneByOne(ctx context.Context, tx pgx.Tx, refs []store.ExecutionRef, execs []store.Execution, tasks []store.Task) error {
+	return pipeline(ctx, tx, 2*len(refs), func(b *pgx.Batch, j int) {
 		r := refs[j/2]
 		if j%2 == 0 {
 			b.Queue(executionGetSQL, r.App, r.ID)
@@ -466,10 +522,6 @@ func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.Exe
 		tasks[i] = t
 		return execError("get task", r.App, execs[i].TaskID, err)
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return execs, tasks, nil
 }
 
 // pipeline sends n queued reads in one round trip and scans each row.
