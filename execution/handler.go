@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -175,7 +176,7 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 	slots := make(chan struct{}, n)
 	settling := make(chan struct{}, n)
 	done := make(chan ended[TX], n)
-	var handling atomic.Int64 // handlers running
+	var handling atomic.Int64 // steps between their claim and the settle loop
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
@@ -225,15 +226,23 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 			go func() {
 				defer running.Done()
 				res, err := w.run(ctx, c, bs)
-				handling.Add(-1)
 				if err != nil && ctx.Err() != nil {
+					handling.Add(-1)
 					<-slots // stopped: the step waits for its lease to end
 					return
 				}
 				settling <- struct{}{}
 				<-slots
 				done <- ended[TX]{c, res, err}
+				handling.Add(-1) // handed to the settle loop
 			}()
+		}
+		if len(claimed) > 0 {
+			// Let the handlers just started run before the next claim
+			// counts its room: one that returns at once (a quick write)
+			// frees its slot for that claim, not the one after, so a busy
+			// worker claims full batches rather than alternating halves.
+			runtime.Gosched()
 		}
 		if err != nil && ctx.Err() == nil {
 			w.en.cfg.Logger.WarnContext(ctx, "execution: worker claim failed", "error", err)
@@ -320,7 +329,9 @@ func (w *Worker[TX]) settleLoop(ctx context.Context, done <-chan ended[TX], sett
 				continue
 			default:
 			}
-			if running.Load() == 0 || w.cfg.SettleWait == 0 {
+			// Nothing else on its way (or what is on its way waits for
+			// this batch's settling tokens): settle now.
+			if running.Load() == 0 || w.cfg.SettleWait == 0 || len(batch) >= cap(settling) {
 				break
 			}
 			if wait == nil {

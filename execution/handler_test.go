@@ -350,27 +350,50 @@ func TestWorkerStopFailsNothing(t *testing.T) {
 func TestWorkerLoneStepDoesNotWait(t *testing.T) {
 	h := newHarness(t, nil)
 	_, e := h.create("export")
+	runQuickSteps(t, h, 4, "a lone step waited for others", e.ID)
+}
+
+// A batch that holds every settling token is settled at once, however
+// long SettleWait is: the steps still on their way wait for its tokens, so
+// waiting for them would stall the worker.
+func TestWorkerFullBatchDoesNotWait(t *testing.T) {
+	h := newHarness(t, nil)
+	var ids []string
+	for range 6 {
+		_, e := h.create("export")
+		ids = append(ids, e.ID)
+	}
+	runQuickSteps(t, h, 2, "the settle loop waited for steps that wait for it", ids...)
+}
+
+// runQuickSteps runs a worker of concurrency n whose handlers return at
+// once, with a SettleWait of an hour, until every execution of ids
+// succeeded; after 10 s it fails with why.
+func runQuickSteps(t *testing.T, h *harness, n int, why string, ids ...string) {
+	t.Helper()
 	w, err := h.en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
 		"export": func(context.Context, execution.Job) (execution.Result[*memstore.Tx], error) {
 			return execution.Result[*memstore.Tx]{}, nil
 		},
-	}, &execution.WorkerConfig{Concurrency: 4, Poll: time.Millisecond, SettleWait: time.Hour})
+	}, &execution.WorkerConfig{Concurrency: n, Poll: time.Millisecond, SettleWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		got, err := h.s.GetExecution(context.Background(), "app", e.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Status == store.ExecutionSucceeded {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a lone step waited for others: %v after 10 s", got.Status)
+	for _, id := range ids {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			got, err := h.s.GetExecution(context.Background(), "app", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status == store.ExecutionSucceeded {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("execution %s: %v after 10 s: %s", id, got.Status, why)
+			}
 		}
 	}
 }
