@@ -1,6 +1,9 @@
 package pgstore
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // ClaimSQL is the claim statement with its plain read (seen) blind, as a
 // record that changed after the statement's snapshot would leave it: tests
@@ -20,13 +23,15 @@ var Migrations = migrations
 
 // HoldGroup takes every group turn, so that writes queue until release.
 func HoldGroup(s *Store) (release func()) {
-	for range cap(s.group.turns) {
-		s.group.turns <- struct{}{}
+	s.group.turn <- struct{}{}
+	for range cap(s.group.spare) {
+		s.group.spare <- struct{}{}
 	}
 	return func() {
-		for range cap(s.group.turns) {
-			<-s.group.turns
+		for range cap(s.group.spare) {
+			<-s.group.spare
 		}
+		<-s.group.turn
 	}
 }
 
@@ -44,9 +49,14 @@ func GroupStats(s *Store) (commits, items int64) {
 }
 
 // SetGroupLeaders sets how many groups may run at once, and returns the
-// previous number. With as many as there are callers, no write ever waits
-// and groups never form: every write is its own autocommit.
+// previous number. With as many as there are callers and no stall wait
+// (SetGroupStall(0)), no write ever waits and groups never form: every
+// write is its own autocommit.
 func SetGroupLeaders(n int) (old int) { old, groupLeaders = groupLeaders, n; return old }
+
+// SetGroupStall sets how long a write waits for a running group before it
+// may lead a further one, and returns the old value.
+func SetGroupStall(d time.Duration) (old time.Duration) { old, groupStall = groupStall, d; return old }
 
 // OnGroupSent sets the hook run when a group's pipeline has been sent.
 func OnGroupSent(f func(keys []string)) { groupSent = f }

@@ -189,3 +189,59 @@ func TestGroupCommitCanceledWaiter(t *testing.T) {
 		t.Fatalf("Get: %v, want ErrNotFound: the canceled claim ran", err)
 	}
 }
+
+// TestGroupCommitStalledGroup: a group whose write waits for a row lock
+// that a caller's transaction holds does not hold up the other writes:
+// once they have waited a little, they run as a further group.
+func TestGroupCommitStalledGroup(t *testing.T) {
+	s, b := setup(t)
+	ctx := context.Background()
+	held, err := s.Claim(ctx, params("slow", "f"))
+	if err != nil || !held.Claimed {
+		t.Fatalf("claim: %+v, %v", held, err)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM idem_keys FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	completed := make(chan error, 1)
+	go func() {
+		completed <- s.Complete(ctx, store.CompleteParams{Fence: fenceOf(held), Response: []byte("r"), Retention: time.Hour})
+	}()
+	select {
+	case err := <-completed:
+		t.Fatalf("the completion did not wait for the row lock: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	claimed := make(chan error, 1)
+	go func() {
+		res, err := s.Claim(ctx, params("other", "f"))
+		if err == nil && !res.Claimed {
+			err = errors.New("not granted")
+		}
+		claimed <- err
+	}()
+	select {
+	case err := <-claimed:
+		if err != nil {
+			t.Fatalf("claim of another key: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim of another key waited for the stalled group")
+	}
+	select {
+	case err := <-completed:
+		t.Fatalf("the completion returned while the row was locked: %v", err)
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-completed; err != nil {
+		t.Fatalf("the completion, once the lock was gone: %v", err)
+	}
+}
