@@ -56,24 +56,16 @@ func (en *Engine[TX]) ClaimManyTx(ctx context.Context, tx TX, types []string, ow
 	if lease == 0 {
 		lease = def
 	}
-	steps, err := en.s.ClaimStepsTx(ctx, tx, store.StepClaim{Types: types, Owner: owner, Now: en.cfg.Now(), Lease: lease, Limit: n})
+	steps, execs, tasks, err := en.claimSteps(ctx, tx, store.StepClaim{Types: types, Owner: owner, Now: en.cfg.Now(), Lease: lease, Limit: n})
 	if err != nil {
 		return nil, err
-	}
-	refs := make([]store.ExecutionRef, len(steps))
-	for i, st := range steps {
-		refs[i] = store.ExecutionRef{App: st.App, ID: st.ExecutionID}
-	}
-	execs, tasks, err := en.s.GetExecutionsTx(ctx, tx, refs)
-	if err != nil {
-		return nil, notFound(err)
 	}
 	// The queued executions start, in one round trip where the store can.
 	var starts []change
 	var at []int
 	started := map[store.ExecutionRef]bool{}
 	for i, e := range execs {
-		if ref := refs[i]; Status(e.Status) == StatusQueued && !started[ref] {
+		if ref := (store.ExecutionRef{App: steps[i].App, ID: steps[i].ExecutionID}); Status(e.Status) == StatusQueued && !started[ref] {
 			started[ref] = true
 			t := store.Transition{}
 			if e.StartedAt.IsZero() {
@@ -94,6 +86,28 @@ func (en *Engine[TX]) ClaimManyTx(ctx context.Context, tx TX, types []string, ow
 		out[i] = Claimed{Step: st, Task: tasks[i], Execution: execs[i]}
 	}
 	return out, nil
+}
+
+// claimSteps claims c's steps in tx and reads their executions and
+// tasks: in one round trip where the store can (store.StepClaimReader).
+func (en *Engine[TX]) claimSteps(ctx context.Context, tx TX, c store.StepClaim) ([]store.Step, []store.Execution, []store.Task, error) {
+	if r, ok := en.s.(store.StepClaimReader[TX]); ok {
+		steps, execs, tasks, err := r.ClaimStepsReadTx(ctx, tx, c)
+		return steps, execs, tasks, notFound(err)
+	}
+	steps, err := en.s.ClaimStepsTx(ctx, tx, c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	refs := make([]store.ExecutionRef, len(steps))
+	for i, st := range steps {
+		refs[i] = store.ExecutionRef{App: st.App, ID: st.ExecutionID}
+	}
+	execs, tasks, err := en.s.GetExecutionsTx(ctx, tx, refs)
+	if err != nil {
+		return nil, nil, nil, notFound(err)
+	}
+	return steps, execs, tasks, nil
 }
 
 // run reads the application's execution and its task in tx (ErrNotFound

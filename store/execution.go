@@ -371,3 +371,13 @@ type StepWaker interface {
 	// or the listening connection fails (the caller may call again).
 	StepWakeups(ctx context.Context) (<-chan struct{}, error)
 }
+
+// StepClaimReader is implemented by stores that read the executions and
+// tasks of the steps they claim in the claim's own round trip
+// (PostgreSQL: one pipeline): the engine's claims use it.
+type StepClaimReader[TX any] interface {
+	// ClaimStepsReadTx is ClaimStepsTx(c) and then GetExecutionsTx of the
+	// claimed steps' executions, with their results, in one round trip
+	// where it can: execs[i] and tasks[i] are those of steps[i].
+	ClaimStepsReadTx(ctx context.Context, tx TX, c StepClaim) (steps []Step, execs []Execution, tasks []Task, err error)
+}

@@ -44,6 +44,8 @@ var (
 	executionsOverdueSQL string
 	//go:embed sql/executions_get.sql
 	executionsGetSQL string
+	//go:embed sql/claimed_executions_get.sql
+	claimedExecutionsGetSQL string
 )
 
 // execError wraps err with the operation and the row it concerns, keeping
@@ -464,17 +466,10 @@ func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.Exe
 	}
 	found := 0
 	for rows.Next() {
-		var (
-			n                           int64
-			e                           store.Execution
-			t                           store.Task
-			status, taskStatus          int16
-			started, finished, deadline *time.Time
-		)
-		err := rows.Scan(&n, &e.TaskID, &e.Number, &status, &e.LastSequence, &e.CreatedAt, &started, &finished, &e.Output, &e.Error,
-			&e.Progress, &e.Workflow, &e.Version,
-			&t.ID, &t.Type, &t.Input, &t.ExternalRef, &deadline, &t.CurrentExecution, &taskStatus, &t.CreatedAt)
-		if err != nil {
+		var n int64
+		var e store.Execution
+		var t store.Task
+		if err := scanExecutionAndTask(rows, []any{&n}, &e, &t); err != nil {
 			rows.Close()
 			return nil, nil, execError("get executions", refs[0].App, refs[0].ID, err)
 		}
@@ -483,9 +478,7 @@ func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.Exe
 			return nil, nil, execError("get executions", refs[0].App, refs[0].ID, fmt.Errorf("%w: row %d of %d", store.ErrCorrupt, n, len(refs)))
 		}
 		i := int(n) - 1
-		e.App, e.ID = refs[i].App, refs[i].ID
-		e.Status, e.StartedAt, e.FinishedAt = store.ExecutionStatus(status), valueOf(started), valueOf(finished)
-		t.App, t.Deadline, t.Status = refs[i].App, valueOf(deadline), store.ExecutionStatus(taskStatus)
+		e.App, e.ID, t.App = refs[i].App, refs[i].ID, refs[i].App
 		execs[i], tasks[i] = e, t
 		found++
 	}
@@ -499,6 +492,25 @@ func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.Exe
 		}
 	}
 	return execs, tasks, nil
+}
+
+// scanExecutionAndTask scans a row of lead's columns, then those of
+// execution_get.sql and of task_get.sql (executions_get.sql,
+// claimed_executions_get.sql). The caller sets the App and ID fields.
+func scanExecutionAndTask(row pgx.Row, lead []any, e *store.Execution, t *store.Task) error {
+	var (
+		status, taskStatus          int16
+		started, finished, deadline *time.Time
+	)
+	dest := append(lead, &e.TaskID, &e.Number, &status, &e.LastSequence, &e.CreatedAt, &started, &finished, &e.Output, &e.Error,
+		&e.Progress, &e.Workflow, &e.Version,
+		&t.ID, &t.Type, &t.Input, &t.ExternalRef, &deadline, &t.CurrentExecution, &taskStatus, &t.CreatedAt)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	e.Status, e.StartedAt, e.FinishedAt = store.ExecutionStatus(status), valueOf(started), valueOf(finished)
+	t.Deadline, t.Status = valueOf(deadline), store.ExecutionStatus(taskStatus)
+	return nil
 }
 
 // getExecutionsOneByOne reads each execution of refs and its task

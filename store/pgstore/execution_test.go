@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,13 @@ func TestClaimStepPlan(t *testing.T) {
 		}
 		for _, generic := range []bool{false, true} {
 			checkClaimPlan(t, explain(t, b.pool, generic, readSQL(t, "step_claim.sql"), args...), fmt.Sprintf("analyzed %v, generic %v", analyzed, generic))
+			// And the read of the claimed steps' executions that follows it.
+			plan := explain(t, b.pool, generic, readSQL(t, "claimed_executions_get.sql"), now.Add(time.Minute), "'w2'")
+			for _, bad := range []string{"Seq Scan", "Hash"} {
+				if strings.Contains(plan, bad) {
+					t.Errorf("analyzed %v, generic %v: the claim's read: %s in the plan:\n%s", analyzed, generic, bad, plan)
+				}
+			}
 		}
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -202,6 +210,58 @@ func TestGetExecutionsPlan(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestClaimStepsRead: ClaimStepsReadTx claims as ClaimStepsTx does and
+// answers each step's execution and task as GetExecutionsTx does, across
+// applications, in the claim's round trip; steps the same owner token
+// took earlier in the transaction are not mixed in.
+func TestClaimStepsRead(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	now := b.clock.Now()
+	for i, app := range []string{"app-a", "app-b", "app-a", "app-b", "app-a"} {
+		id := fmt.Sprintf("r%d", i)
+		inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+			return s.CreateTaskTx(ctx, tx, store.NewTask{
+				Task:        store.Task{App: app, ID: id, Type: "export", Input: []byte(`{}`), ExternalRef: "ref-" + id, CreatedAt: now},
+				ExecutionID: id + "-e", Status: store.ExecutionQueued,
+				Event: store.Event{Type: "idem.execution.created", Data: []byte(`{}`), Time: now},
+				Step: &store.Step{App: app, ID: id + "-s", ExecutionID: id + "-e", Name: "export", Type: "export", Status: store.StepDispatched,
+					DueAt: now.Add(time.Duration(i) * time.Second), CreatedAt: now},
+			})
+		})
+	}
+	b.clock.Advance(time.Minute)
+	claim := store.StepClaim{Types: []string{"export"}, Owner: "w", Now: b.clock.Now(), Lease: time.Minute, Limit: 2}
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		first, err := s.ClaimStepsTx(ctx, tx, claim) // r0, r1, under the same owner
+		if err != nil || len(first) != 2 {
+			t.Fatalf("first claim: %v, %v", first, err)
+		}
+		claim.Limit = 3
+		steps, execs, tasks, err := s.ClaimStepsReadTx(ctx, tx, claim)
+		if err != nil || len(steps) != 3 || len(execs) != 3 || len(tasks) != 3 {
+			t.Fatalf("ClaimStepsReadTx: %d steps, %d executions, %d tasks, %v; want 3 each", len(steps), len(execs), len(tasks), err)
+		}
+		refs := make([]store.ExecutionRef, len(steps))
+		for i, st := range steps {
+			if want := fmt.Sprintf("r%d-s", i+2); st.ID != want || st.Status != store.StepExecuting || st.Owner != "w" {
+				t.Fatalf("step %d: %+v, want %s claimed by w", i, st, want)
+			}
+			refs[i] = store.ExecutionRef{App: st.App, ID: st.ExecutionID}
+		}
+		wantExecs, wantTasks, err := s.GetExecutionsTx(ctx, tx, refs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range steps {
+			if !reflect.DeepEqual(execs[i], wantExecs[i]) || !reflect.DeepEqual(tasks[i], wantTasks[i]) {
+				t.Fatalf("step %d: read %+v %+v, want %+v %+v", i, execs[i], tasks[i], wantExecs[i], wantTasks[i])
+			}
+		}
+		return nil
+	})
 }
 
 // eachInTx runs fn n times, each in a transaction of its own.

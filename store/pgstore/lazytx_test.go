@@ -175,6 +175,12 @@ func TestTransactionRoundTrips(t *testing.T) {
 				})
 			})
 		}},
+		{"a claim of steps with their executions and tasks, then the commit", 2, func() error {
+			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				_, _, _, err := s.ClaimStepsReadTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: "w", Now: time.Now(), Lease: time.Minute, Limit: 8})
+				return err
+			})
+		}},
 		{"a rollback before anything was sent", 0, func() error {
 			tx, err := s.BeginTx(ctx)
 			if err != nil {

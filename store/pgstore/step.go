@@ -77,33 +77,58 @@ func checkStep(st store.Step) error {
 		"type": st.Type, "idempotency key": st.IdempotencyKey})
 }
 
+var _ store.StepClaimReader[pgx.Tx] = (*Store)(nil)
+
 // ClaimStepsTx implements store.StepStore in one statement
 // (sql/step_claim.sql, FOR UPDATE SKIP LOCKED).
 func (s *Store) ClaimStepsTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) ([]store.Step, error) {
+	steps, _, _, err := s.claimSteps(ctx, tx, c, false)
+	return steps, err
+}
+
+// ClaimStepsReadTx implements store.StepClaimReader: the claim, then the
+// executions and tasks of the steps it took (sql/claimed_executions_get.sql),
+// in one pipeline. Should a step's row not come back (it cannot, in the
+// same transaction), they are read with GetExecutionsTx, which names what
+// is missing.
+func (s *Store) ClaimStepsReadTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) ([]store.Step, []store.Execution, []store.Task, error) {
+	return s.claimSteps(ctx, tx, c, true)
+}
+
+// claimSteps claims c's steps and, with read, reads their executions and
+// tasks in the same round trip.
+func (s *Store) claimSteps(ctx context.Context, tx pgx.Tx, c store.StepClaim, read bool) ([]store.Step, []store.Execution, []store.Task, error) {
 	if len(c.Types) == 0 || c.Owner == "" || c.Lease <= 0 || c.Limit < 0 {
-		return nil, errors.New("idem/pgstore: claim steps: types, owner and lease are required, and no negative limit")
+		return nil, nil, nil, errors.New("idem/pgstore: claim steps: types, owner and lease are required, and no negative limit")
 	}
 	types := map[string]string{"owner": c.Owner}
 	for _, t := range c.Types {
 		types["type "+t] = t
 	}
 	if err := checkText(types); err != nil {
-		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+		return nil, nil, nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+	}
+	fail := func(err error) ([]store.Step, []store.Execution, []store.Task, error) {
+		return nil, nil, nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
 	}
 	// The claim runs with a generic plan (see sql/step_claim.sql), and the
 	// transaction's setting is put back after it, all in one round trip.
+	leaseUntil := c.Now.Add(c.Lease)
 	b := &pgx.Batch{}
 	b.Queue(genericPlansSQL)
-	b.Queue(stepClaimSQL, c.Types, c.Now, c.Owner, c.Now.Add(c.Lease), max(c.Limit, 1))
+	b.Queue(stepClaimSQL, c.Types, c.Now, c.Owner, leaseUntil, max(c.Limit, 1))
 	b.Queue(customPlansSQL)
+	if read {
+		b.Queue(claimedExecutionsGetSQL, leaseUntil, c.Owner)
+	}
 	res := tx.SendBatch(ctx, b)
 	defer res.Close()
 	if _, err := res.Exec(); err != nil {
-		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+		return fail(err)
 	}
 	rows, err := res.Query()
 	if err != nil {
-		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+		return fail(err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Step, error) {
 		var st store.Step
@@ -111,13 +136,10 @@ func (s *Store) ClaimStepsTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) 
 		return st, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+		return fail(err)
 	}
 	if _, err := res.Exec(); err != nil {
-		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
-	}
-	if err := res.Close(); err != nil {
-		return nil, fmt.Errorf("idem/pgstore: claim steps: %w", err)
+		return fail(err)
 	}
 	slices.SortFunc(out, func(a, b store.Step) int {
 		if c := a.DueAt.Compare(b.DueAt); c != 0 {
@@ -125,7 +147,55 @@ func (s *Store) ClaimStepsTx(ctx context.Context, tx pgx.Tx, c store.StepClaim) 
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	return out, nil
+	if !read {
+		if err := res.Close(); err != nil {
+			return fail(err)
+		}
+		return out, nil, nil, nil
+	}
+	rows, err = res.Query()
+	if err != nil {
+		return fail(err)
+	}
+	at := make(map[store.ExecutionRef]int, len(out)) // a claimed step's place in out, by app and step id
+	for i, st := range out {
+		at[store.ExecutionRef{App: st.App, ID: st.ID}] = i
+	}
+	execs, tasks := make([]store.Execution, len(out)), make([]store.Task, len(out))
+	found := 0
+	for rows.Next() {
+		var app, id string
+		var e store.Execution
+		var t store.Task
+		if err := scanExecutionAndTask(rows, []any{&app, &id}, &e, &t); err != nil {
+			rows.Close()
+			return fail(err)
+		}
+		i, ok := at[store.ExecutionRef{App: app, ID: id}]
+		if !ok {
+			continue // held by the same owner token from an earlier claim
+		}
+		e.App, e.ID, t.App = app, out[i].ExecutionID, app
+		execs[i], tasks[i] = e, t
+		delete(at, store.ExecutionRef{App: app, ID: id})
+		found++
+	}
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	if err := res.Close(); err != nil {
+		return fail(err)
+	}
+	if found < len(out) {
+		refs := make([]store.ExecutionRef, len(out))
+		for i, st := range out {
+			refs[i] = store.ExecutionRef{App: st.App, ID: st.ExecutionID}
+		}
+		if execs, tasks, err = s.GetExecutionsTx(ctx, tx, refs); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return out, execs, tasks, nil
 }
 
 // UpdateStepTx implements store.StepStore.
