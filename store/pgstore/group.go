@@ -114,6 +114,11 @@ func (s *Store) grouped(ctx context.Context, key, sql string, args []any, read f
 		<-it.done
 		return it.err
 	}
+	select {
+	case g.turn <- struct{}{}: // no group runs: the usual case of a lone write
+		return lead(g.turn)
+	default:
+	}
 	// A spare turn is open to this write once it has waited groupStall.
 	spare, stalled := g.spare, (<-chan time.Time)(nil)
 	if groupStall > 0 {
