@@ -24,8 +24,9 @@ import (
 // trip, which PostgreSQL runs as one implicit transaction, so one commit
 // and one WAL flush for all of them. One group at a time makes the groups
 // as large as the load allows: on a 2-core machine, against two groups at
-// once, it cost PostgreSQL a third to a half less CPU per key (16 and 64
-// clients) for as many keys or up to a fifth more.
+// once, it cost PostgreSQL a quarter to a half less CPU per key (16 and 64
+// clients), for 0.9-1.2x the keys (two groups overlap their commits' syncs,
+// which counts when the disk is slow).
 //
 // A group can stall: one of its writes may wait for a row lock that a
 // caller's transaction holds (a key completed in the caller's business
