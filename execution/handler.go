@@ -176,7 +176,7 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 	slots := make(chan struct{}, n)
 	settling := make(chan struct{}, n)
 	done := make(chan ended[TX], n)
-	var handling atomic.Int64 // steps between their claim and the settle loop
+	var handling atomic.Int64 // steps from their claim until they are about to reach the settle loop
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
@@ -233,15 +233,19 @@ func (w *Worker[TX]) Run(ctx context.Context) error {
 				}
 				settling <- struct{}{}
 				<-slots
+				// Counted until now, so that the settle loop waits for it;
+				// not once it is sent, or the loop, holding it already,
+				// would wait for it in vain.
+				handling.Add(-1)
 				done <- ended[TX]{c, res, err}
-				handling.Add(-1) // handed to the settle loop
 			}()
 		}
 		if len(claimed) > 0 {
-			// Let the handlers just started run before the next claim
-			// counts its room: one that returns at once (a quick write)
-			// frees its slot for that claim, not the one after, so a busy
-			// worker claims full batches rather than alternating halves.
+			// Give the handlers just started a chance to run before the
+			// next claim counts its room: one that returns at once (a
+			// quick write) then frees its slot for that claim, not the one
+			// after, so a busy worker claims full batches rather than
+			// alternating halves.
 			runtime.Gosched()
 		}
 		if err != nil && ctx.Err() == nil {

@@ -32,7 +32,10 @@ import (
 // caller's transaction holds (a key completed in the caller's business
 // transaction). So that the other writes do not wait for it, a write that
 // has waited groupStall while a group runs may run the queue as a further
-// group, up to groupLeaders at once.
+// group, up to groupLeaders at once. When that group stalls too (say, on
+// a key the first one inserted and has not committed), every write waits
+// for the caller's transaction or groupTimeout, as it did when two groups
+// ran at once.
 //
 // Each write keeps its own outcome: a fence that no longer holds updates no
 // row and fails that write alone. A statement error aborts the implicit
