@@ -469,7 +469,7 @@ func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.Exe
 		var n int64
 		var e store.Execution
 		var t store.Task
-		if err := scanExecutionAndTask(rows, []any{&n}, &e, &t); err != nil {
+		if err := scanExecutionAndTask(scanPrefix{rows, []any{&n}}, &e, &t); err != nil {
 			rows.Close()
 			return nil, nil, execError("get executions", refs[0].App, refs[0].ID, err)
 		}
@@ -494,18 +494,18 @@ func (s *Store) GetExecutionsTx(ctx context.Context, tx pgx.Tx, refs []store.Exe
 	return execs, tasks, nil
 }
 
-// scanExecutionAndTask scans a row of lead's columns, then those of
-// execution_get.sql and of task_get.sql (executions_get.sql,
-// claimed_executions_get.sql). The caller sets the App and ID fields.
-func scanExecutionAndTask(row pgx.Row, lead []any, e *store.Execution, t *store.Task) error {
+// scanExecutionAndTask scans a row of the columns of execution_get.sql and
+// then of task_get.sql (executions_get.sql, claimed_executions_get.sql,
+// after their own: see scanPrefix). The caller sets the App and ID fields.
+func scanExecutionAndTask(row pgx.Row, e *store.Execution, t *store.Task) error {
 	var (
 		status, taskStatus          int16
 		started, finished, deadline *time.Time
 	)
-	dest := append(lead, &e.TaskID, &e.Number, &status, &e.LastSequence, &e.CreatedAt, &started, &finished, &e.Output, &e.Error,
+	err := row.Scan(&e.TaskID, &e.Number, &status, &e.LastSequence, &e.CreatedAt, &started, &finished, &e.Output, &e.Error,
 		&e.Progress, &e.Workflow, &e.Version,
 		&t.ID, &t.Type, &t.Input, &t.ExternalRef, &deadline, &t.CurrentExecution, &taskStatus, &t.CreatedAt)
-	if err := row.Scan(dest...); err != nil {
+	if err != nil {
 		return err
 	}
 	e.Status, e.StartedAt, e.FinishedAt = store.ExecutionStatus(status), valueOf(started), valueOf(finished)

@@ -13,9 +13,10 @@ import (
 )
 
 // The inbox and per-stream order storage (store.InboxStore) on the tables
-// of migrations/002_idem_inbox.sql. Every *Tx method runs one statement in the
-// caller's transaction (again when a row another transaction committed
-// meanwhile was not in its snapshot); the others run on the pool. Keys are stored as bytea and times as timestamptz, to the
+// of migrations/002_idem_inbox.sql. Every *Tx method runs one statement
+// in the caller's transaction (again when a row another transaction
+// committed meanwhile was not in its snapshot); the others run on the
+// pool. Keys are stored as bytea and times as timestamptz, to the
 // microsecond.
 
 var _ store.InboxStore[pgx.Tx] = (*Store)(nil)

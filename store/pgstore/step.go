@@ -157,17 +157,16 @@ func (s *Store) claimSteps(ctx context.Context, tx pgx.Tx, c store.StepClaim, re
 	if err != nil {
 		return fail(err)
 	}
-	at := make(map[store.ExecutionRef]int, len(out)) // a claimed step's place in out, by app and step id
+	at := make(map[store.ExecutionRef]int, len(out)) // a claimed step not read yet: its place in out, by app and step id
 	for i, st := range out {
 		at[store.ExecutionRef{App: st.App, ID: st.ID}] = i
 	}
 	execs, tasks := make([]store.Execution, len(out)), make([]store.Task, len(out))
-	found := 0
 	for rows.Next() {
 		var app, id string
 		var e store.Execution
 		var t store.Task
-		if err := scanExecutionAndTask(rows, []any{&app, &id}, &e, &t); err != nil {
+		if err := scanExecutionAndTask(scanPrefix{rows, []any{&app, &id}}, &e, &t); err != nil {
 			rows.Close()
 			return fail(err)
 		}
@@ -178,7 +177,6 @@ func (s *Store) claimSteps(ctx context.Context, tx pgx.Tx, c store.StepClaim, re
 		e.App, e.ID, t.App = app, out[i].ExecutionID, app
 		execs[i], tasks[i] = e, t
 		delete(at, store.ExecutionRef{App: app, ID: id})
-		found++
 	}
 	if err := rows.Err(); err != nil {
 		return fail(err)
@@ -186,7 +184,7 @@ func (s *Store) claimSteps(ctx context.Context, tx pgx.Tx, c store.StepClaim, re
 	if err := res.Close(); err != nil {
 		return fail(err)
 	}
-	if found < len(out) {
+	if len(at) > 0 { // a step's row did not come back
 		refs := make([]store.ExecutionRef, len(out))
 		for i, st := range out {
 			refs[i] = store.ExecutionRef{App: st.App, ID: st.ExecutionID}
