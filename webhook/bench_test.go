@@ -39,7 +39,9 @@ import (
 // write through pgstore's transaction, which idem's side uses). Both are
 // served in-process (no network) from bodies built and signed the same
 // way, so the ratio is idem's cost.
-// Run both sides in one invocation and compare them:
+// "idem" orders each object's events (delta mode); "idem-dedup" only
+// records each event (no order), the inbox alone. Run both sides in one
+// invocation and compare them:
 //
 //	go test -run '^$' -bench Handler -count 6 ./webhook
 //	go test -run '^$' -bench Handler -count 6 ./webhook -args -bench.clients=16
@@ -151,7 +153,7 @@ func benchVerifier(b *testing.B) *signature.Verifier {
 // idem), otherwise with the store's InTx.
 func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX], write func(ctx context.Context, tx TX, obj string, add int) error,
 	bare func(b *testing.B) func(ctx context.Context, fn func(ctx context.Context, tx TX) error) error) {
-	b.Run("idem", func(b *testing.B) {
+	runIdem := func(b *testing.B, mode order.Mode) {
 		apply := func(ctx context.Context, tx TX, ev event.Event) error {
 			var p benchPayload
 			if err := json.Unmarshal(ev.Data, &p); err != nil {
@@ -159,7 +161,7 @@ func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX],
 			}
 			return write(ctx, tx, ev.Subject, p.Add)
 		}
-		p, err := inbox.New(open(b), apply, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
+		p, err := inbox.New(open(b), apply, &inbox.Config{Mode: mode, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,7 +170,12 @@ func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX],
 			b.Fatal(err)
 		}
 		serveBench(b, h)
-	})
+	}
+	// Ordered: each object's deltas applied in sequence (the inbox row,
+	// the stream's state and the business write).
+	b.Run("idem", func(b *testing.B) { runIdem(b, order.ModeDelta) })
+	// Dedup only: the inbox row and the business write.
+	b.Run("idem-dedup", func(b *testing.B) { runIdem(b, 0) })
 	serveWrite := func(b *testing.B, inTx func(ctx context.Context, fn func(ctx context.Context, tx TX) error) error) {
 		serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
 			return inTx(ctx, func(ctx context.Context, tx TX) error { return write(ctx, tx, obj, add) })

@@ -2,19 +2,38 @@ package pgstore
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemhq/idem/store"
 )
 
 // interpretError is the one place where driver errors become store errors:
-// pgx.ErrNoRows becomes store.ErrNotFound, and every other error stays what
-// it is, which to callers means the store could not answer (the write may
-// or may not have happened). Callers wrap the result with what failed.
+// pgx.ErrNoRows becomes store.ErrNotFound, the failure of a completion whose
+// fence no longer holds (complete_tx.sql) matches store.ErrFenced, and every
+// other error stays what it is, which to callers means the store could not
+// answer (the write may or may not have happened). Callers wrap the result
+// with what failed.
 func interpretError(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return store.ErrNotFound
+	case isFenced(err):
+		return fmt.Errorf("%w: %w", store.ErrFenced, err)
 	}
 	return err
+}
+
+// fencedMarker is the text in the error of complete_tx.sql when its fence
+// no longer holds.
+const fencedMarker = `"idem-fenced:`
+
+// isFenced reports whether err is complete_tx.sql's failure: its fence no
+// longer held, so it updated nothing, and its transaction is aborted.
+func isFenced(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, fencedMarker)
 }

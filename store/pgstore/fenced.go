@@ -15,11 +15,6 @@ import (
 // Every write by a claim holder is one UPDATE whose WHERE is the fence
 // (key, epoch, owner, state = processing); no row updated is ErrFenced.
 
-// execer runs a statement on the pool or in a transaction.
-type execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	return s.groupedFence(ctx, "complete", p.Fence, completeSQL, p.Response, p.Retention.Microseconds(), s.clock())
@@ -28,8 +23,19 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 // CompleteTx implements store.TxStore: Complete inside tx, so that it
 // commits or rolls back with the caller's own writes in tx. On ErrFenced
 // the caller must roll tx back.
+//
+// In a transaction of BeginTx or InTx the completion is the statement
+// that goes out with the next one or with the COMMIT (lazyTx), saving its
+// round trip: CompleteTx then returns nil, and a fence that no longer
+// holds fails that statement or the commit instead, with an error that
+// matches store.ErrFenced, and the transaction rolls back whole. In
+// another pgx.Tx it runs at once and returns ErrFenced itself.
 func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, p store.CompleteParams) error {
-	return fenced(ctx, tx, "complete", p.Fence, completeSQL, p.Response, p.Retention.Microseconds(), s.clock())
+	err := later(ctx, tx, completeTxSQL, fenceArgs(p.Fence, p.Response, p.Retention.Microseconds(), s.clock())...)
+	if err != nil {
+		return fmt.Errorf("idem/pgstore: complete %q: %w", p.Key, interpretError(err))
+	}
+	return nil
 }
 
 // Release implements store.Store.
@@ -57,21 +63,10 @@ func (s *Store) Extend(ctx context.Context, f store.Fence, lease time.Duration) 
 	return until.UTC(), nil
 }
 
-// fenced runs one fenced UPDATE, whose first parameters are the fence and
-// the rest are more, and turns "no row updated" into ErrFenced.
-func fenced(ctx context.Context, db execer, op string, f store.Fence, sql string, more ...any) error {
-	tag, err := db.Exec(ctx, sql, fenceArgs(f, more...)...)
-	if err != nil {
-		return fmt.Errorf("idem/pgstore: %s %q: %w", op, f.Key, interpretError(err))
-	}
-	if tag.RowsAffected() == 0 {
-		return store.ErrFenced
-	}
-	return nil
-}
-
-// groupedFence is fenced through the group (group.go): the writes of claim
-// holders outside their own transactions.
+// groupedFence runs one fenced UPDATE, whose first parameters are the
+// fence and the rest are more, through the group (group.go): the writes of
+// claim holders outside their own transactions. No row updated is
+// ErrFenced.
 func (s *Store) groupedFence(ctx context.Context, op string, f store.Fence, sql string, more ...any) error {
 	var tag pgconn.CommandTag
 	err := s.grouped(ctx, f.Key, sql, fenceArgs(f, more...), func(r groupResult) error {

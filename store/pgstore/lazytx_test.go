@@ -86,7 +86,8 @@ func roundTrips(t *testing.T, writes *atomic.Int64, fn func() error) int64 {
 
 // TestTransactionRoundTrips counts what a transaction of the store costs:
 // one round trip per statement, its BEGIN going out with the first one
-// and a queued write (a stream's state) with the COMMIT. pgx's own
+// and a queued write (a stream's state, a request key's completion) with
+// the COMMIT. pgx's own
 // transaction takes two more.
 func TestTransactionRoundTrips(t *testing.T) {
 	s, pool, writes := countedStore(t)
@@ -112,11 +113,31 @@ func TestTransactionRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Three claimed keys, one for each run of the completion's row.
+	var fences []store.Fence
+	for i := range 3 {
+		k := fmt.Sprintf("rt-key-%d", i)
+		res, err := s.Claim(ctx, store.ClaimParams{Key: k, Fingerprint: []byte("fp"), Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		if err != nil || !res.Claimed {
+			t.Fatal(res, err)
+		}
+		fences = append(fences, store.Fence{Key: k, Epoch: res.Record.Epoch, Owner: "o"})
+	}
 	for _, c := range []struct {
 		name string
 		want int64
 		fn   func() error
 	}{
+		{"a business write and a request key's completion, which goes with the COMMIT", 2, func() error {
+			f := fences[0]
+			fences = fences[1:]
+			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				if err := write(ctx, tx); err != nil {
+					return err
+				}
+				return s.CompleteTx(ctx, tx, store.CompleteParams{Fence: f, Response: []byte("ok"), Retention: time.Hour})
+			})
+		}},
 		{"pgx's own transaction, one write", 3, func() error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return write(ctx, tx) })
 		}},

@@ -480,6 +480,27 @@ func TestInTx(t *testing.T) {
 			t.Fatalf("CompleteTx with a stale fence: got %v, want ErrFenced", err)
 		}
 	})
+	t.Run("FencedInPgxOwnTransaction", func(t *testing.T) {
+		// Outside the store's transactions nothing is queued: the stale
+		// completion fails at once, and the held one commits.
+		res := mustClaim(t, s, params("fenced-pgx", "fp"))
+		stale := res
+		stale.Record.Epoch++
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			return s.CompleteTx(ctx, tx, store.CompleteParams{Fence: fenceOf(stale), Response: []byte("ok"), Retention: time.Hour})
+		})
+		if !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("CompleteTx with a stale fence in pgx's transaction: got %v, want ErrFenced", err)
+		}
+		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			return s.CompleteTx(ctx, tx, store.CompleteParams{Fence: fenceOf(res), Response: []byte("ok"), Retention: time.Hour})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := s.Get(ctx, "fenced-pgx"); err != nil || rec.State != store.StateDone {
+			t.Fatalf("after commit: %+v, %v", rec, err)
+		}
+	})
 	t.Run("FailedStatement", func(t *testing.T) {
 		err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			_, _ = tx.Exec(ctx, `INSERT INTO business VALUES ('commit')`) // duplicate: the tx fails

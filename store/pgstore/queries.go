@@ -11,6 +11,8 @@ var (
 	getSQL string
 	//go:embed sql/complete.sql
 	completeSQL string
+	//go:embed sql/complete_tx.sql
+	completeTxSQL string
 	//go:embed sql/release.sql
 	releaseSQL string
 	//go:embed sql/extend.sql

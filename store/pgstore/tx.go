@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/store"
 )
 
 // rollbackTimeout bounds a rollback, which runs even when the caller's
@@ -61,10 +63,15 @@ func (s *Store) BeginTx(ctx context.Context) (pgx.Tx, error) {
 
 // CommitTx commits tx. An error leaves the outcome unknown (the server may
 // have committed before the connection failed): resolve it with Get. The
-// one exception is pgx.ErrTxCommitRollback (wrapped): a statement in the
-// transaction had failed, so the server rolled everything back.
+// exceptions, both wrapped: store.ErrFenced, a CompleteTx that went out
+// with the COMMIT found its fence gone, and pgx.ErrTxCommitRollback, a
+// statement in the transaction had failed; either way the server rolled
+// everything back.
 func (s *Store) CommitTx(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
+		if isFenced(err) { // a CompleteTx that went out with the COMMIT
+			return fmt.Errorf("idem/pgstore: commit: the completion's fence no longer holds, so the transaction was rolled back: %w: %w", store.ErrFenced, err)
+		}
 		if errors.Is(err, pgx.ErrTxCommitRollback) {
 			return fmt.Errorf("idem/pgstore: commit: the transaction had failed and was rolled back: %w", err)
 		}

@@ -1,0 +1,69 @@
+package serve_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/execution"
+	"github.com/idemhq/idem/serve"
+	"github.com/idemhq/idem/store"
+)
+
+// BenchmarkServeWorker measures serve's task path as the bench/ row
+// "execution create+complete" runs it, in two phases: 16 clients create
+// b.N tasks through POST /v1/tasks (ServeHTTP, no network; the request
+// key, the task, its execution, its events, its step and the stored answer
+// in one transaction), reported as creates/s; then an in-process worker of
+// 8 (serve's engine, with its callbacks hook) works them all, which is the
+// ns/op. Run it beside BenchmarkExecutions/Engine/Worker and BenchmarkRiver:
+//
+//	go test -run '^$' -bench 'ServeWorker|Engine/Worker|River/Work' -benchtime 3000x ./serve
+func BenchmarkServeWorker(b *testing.B) {
+	ctx := context.Background()
+	_, s := migratedPostgres(b)
+	srv, err := serve.New(s, &serve.Config{Types: map[string]execution.TypeConfig{"export": {}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.CreateApp(ctx, store.App{Name: "bench", TokenHashes: [][]byte{serve.HashToken("tok")}, Scheme: "idem", CreatedAt: time.Now()}); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				body := fmt.Sprintf(`{"type":"export","input":{"order":"o-%d"}}`, i)
+				req := httptest.NewRequest(http.MethodPost, "/v1/tasks", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer tok")
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", fmt.Sprintf("k-%d", i))
+				rec := httptest.NewRecorder()
+				srv.ServeHTTP(rec, req)
+				if rec.Code != http.StatusCreated {
+					b.Errorf("%d %s", rec.Code, rec.Body)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	created := time.Since(start)
+	drain(b, srv.Engine())
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/created.Seconds(), "creates/s")
+}
