@@ -169,8 +169,14 @@ type TxClaim[TX any] struct {
 }
 
 // ClaimTx is Claim for an operation that writes in the store's
-// transaction.
+// transaction. Its claim need not be durable before ClaimTx returns (a
+// store may skip the claim's own sync, store.ClaimParams.Transactional):
+// the transaction that completes it makes it durable with the operation's
+// writes. A crash before that commit may forget the claim instead of
+// leaving it to its lease; either way nothing of the operation committed,
+// and the next attempt runs it.
 func (g *TxGuard[TX]) ClaimTx(ctx context.Context, req Request) (*TxClaim[TX], Result, error) {
+	req.tx = true
 	cl, res, err := g.Claim(ctx, req)
 	if cl == nil {
 		return nil, res, err

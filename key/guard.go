@@ -139,6 +139,11 @@ type Request struct {
 	// of that version, so that changing the algorithm never turns old keys
 	// into conflicts.
 	FingerprintFor func(version byte) (Fingerprint, bool)
+
+	// tx is set by TxGuard.ClaimTx: the operation writes only in the
+	// store's transaction that completes the claim
+	// (store.ClaimParams.Transactional).
+	tx bool
 }
 
 // Guard runs operations at most once per key and replays their results.
@@ -251,6 +256,10 @@ func (g *Guard) claimOnce(ctx context.Context, req Request) (*claim, Result, err
 		Owner:       rand.Text(),
 		Lease:       g.cfg.Lease,
 		Retention:   g.cfg.Retention,
+		// A transactional operation's claim becomes durable with the
+		// commit of its completion, at the latest: the store may skip the
+		// claim's own sync.
+		Transactional: req.tx,
 	}
 	t0 := time.Now()
 	if e, ok := g.replays.get(p.Key, req.Fingerprint, t0); ok {
@@ -280,7 +289,7 @@ func (g *Guard) claimOnce(ctx context.Context, req Request) (*claim, Result, err
 		v := Fingerprint(rec.Fingerprint).Version()
 		if req.FingerprintFor != nil && v != req.Fingerprint.Version() {
 			if alt, ok := req.FingerprintFor(v); ok && bytes.Equal(alt, rec.Fingerprint) {
-				return g.claimOnce(ctx, Request{Scope: req.Scope, Fingerprint: alt})
+				return g.claimOnce(ctx, Request{Scope: req.Scope, Fingerprint: alt, tx: req.tx})
 			}
 		}
 		return nil, Result{Outcome: OutcomeConflict, Epoch: rec.Epoch}, ErrConflict

@@ -12,7 +12,9 @@ import (
 // commit together or not at all, so a local effect happens exactly once per
 // key even if the process dies at any point: before the commit nothing
 // happened (the lease expires and the next caller runs it), after it the key
-// replays.
+// replays. Because of that, its claims need not be durable on their own
+// (see ClaimTx): with a store that uses it (pgstore), a transactional
+// request waits for the disk once, at its commit, instead of twice.
 type TxGuard[TX any] struct {
 	*Guard
 	ts store.TxStore[TX]

@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,13 +19,15 @@ import (
 
 // BenchmarkServeWorker measures serve's task path as the bench/ row
 // "execution create+complete" runs it, in two phases: 16 clients create
-// b.N tasks through POST /v1/tasks (ServeHTTP, no network; the request
+// b.N tasks through POST /v1/tasks (-bench.creators to change) (ServeHTTP, no network; the request
 // key, the task, its execution, its events, its step and the stored answer
 // in one transaction), reported as creates/s; then an in-process worker of
 // 8 (serve's engine, with its callbacks hook) works them all, which is the
 // ns/op. Run it beside BenchmarkExecutions/Engine/Worker and BenchmarkRiver:
 //
 //	go test -run '^$' -bench 'ServeWorker|Engine/Worker|River/Work' -benchtime 3000x ./serve
+var benchCreators = flag.Int("bench.creators", 16, "clients creating tasks at once in BenchmarkServeWorker")
+
 func BenchmarkServeWorker(b *testing.B) {
 	ctx := context.Background()
 	_, s := migratedPostgres(b)
@@ -38,7 +41,7 @@ func BenchmarkServeWorker(b *testing.B) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	var next atomic.Int64
-	for range 16 {
+	for range *benchCreators {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -136,6 +136,17 @@ type ClaimParams struct {
 	// Retention is how long the record lives from the claim (and, once
 	// completed, from the completion), on the store's clock.
 	Retention time.Duration
+	// Transactional says that everything the claim's operation does is
+	// written in a transaction of this store that completes the claim
+	// (CompleteTx; package key's TxGuard). Such a claim need not be on disk
+	// before Claim returns: nothing can outlive a crash under it unless
+	// that transaction commits, and its commit makes the claim durable
+	// with it (the claim's own commit comes first in the log). A store may
+	// then skip the claim's own sync (pgstore: synchronous_commit off for
+	// it); a crash before the completion may forget the claim, which then
+	// never ran anything, instead of leaving it to its lease. Stores that
+	// ignore it claim durably, as always.
+	Transactional bool
 }
 
 // ClaimResult is what Store.Claim answers.

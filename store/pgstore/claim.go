@@ -30,7 +30,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 			now     time.Time
 		)
 		err := s.grouped(ctx, p.Key, claimSQL, []any{key, fingerprint, owner,
-			p.Lease.Microseconds(), p.Retention.Microseconds(), s.clock()}, func(r groupResult) error {
+			p.Lease.Microseconds(), p.Retention.Microseconds(), s.clock()}, p.Transactional, func(r groupResult) error {
 			return r.QueryRow().Scan(append(row.dest(&claimed), &now)...)
 		})
 		if err == nil {

@@ -71,3 +71,10 @@ var Later = later
 // ErrQueued is what a statement reports when a write queued before it
 // failed.
 var ErrQueued = errQueued
+
+// LazyCommits is the number of groups and lone writes committed without
+// waiting for the disk (transactional claims alone).
+func LazyCommits(s *Store) int64 { return s.group.lazyCommits.Load() }
+
+// LazyCommitSQL is the statement that makes a pipeline's commit lazy.
+const LazyCommitSQL = lazyCommitSQL

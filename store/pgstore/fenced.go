@@ -51,7 +51,7 @@ func (s *Store) MarkUnknown(ctx context.Context, f store.Fence) error {
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, f store.Fence, lease time.Duration) (time.Time, error) {
 	var until time.Time
-	err := s.grouped(ctx, f.Key, extendSQL, fenceArgs(f, lease.Microseconds(), s.clock()), func(r groupResult) error {
+	err := s.grouped(ctx, f.Key, extendSQL, fenceArgs(f, lease.Microseconds(), s.clock()), false, func(r groupResult) error {
 		return r.QueryRow().Scan(&until)
 	})
 	if err = interpretError(err); errors.Is(err, store.ErrNotFound) { // no row for this fence
@@ -69,7 +69,7 @@ func (s *Store) Extend(ctx context.Context, f store.Fence, lease time.Duration) 
 // ErrFenced.
 func (s *Store) groupedFence(ctx context.Context, op string, f store.Fence, sql string, more ...any) error {
 	var tag pgconn.CommandTag
-	err := s.grouped(ctx, f.Key, sql, fenceArgs(f, more...), func(r groupResult) error {
+	err := s.grouped(ctx, f.Key, sql, fenceArgs(f, more...), false, func(r groupResult) error {
 		var err error
 		tag, err = r.Exec()
 		return err

@@ -77,6 +77,9 @@ type groupItem struct {
 	// tag (exec). It returns the write's own outcome (ErrFenced, no row)
 	// or the error that failed the statement.
 	read func(r groupResult) error
+	// lazy is a write whose commit need not wait for the disk (a
+	// transactional claim, store.ClaimParams.Transactional).
+	lazy bool
 	err  error
 	done chan struct{}
 }
@@ -96,17 +99,27 @@ type group struct {
 	mu          sync.Mutex
 	queue       []*groupItem
 	// commits counts the groups of more than one write that committed,
-	// and items their writes (for tests and benchmarks).
-	commits, items atomic.Int64
+	// and items their writes (for tests and benchmarks); lazyCommits the
+	// groups and lone writes committed without waiting for the disk.
+	commits, items, lazyCommits atomic.Int64
 }
+
+// lazyCommitSQL makes the rest of its implicit transaction (a pipeline's)
+// commit without waiting for the WAL to reach the disk, for the writes
+// that need not (groupItem.lazy). A later commit that waits, or the WAL
+// writer within a fraction of a second, makes it durable.
+const lazyCommitSQL = "SELECT set_config('synchronous_commit', 'off', true)"
 
 func newGroup() *group {
 	return &group{turn: make(chan struct{}, 1), spare: make(chan struct{}, max(groupLeaders-1, 0))}
 }
 
-// grouped runs one write through the group and returns its outcome.
-func (s *Store) grouped(ctx context.Context, key, sql string, args []any, read func(groupResult) error) error {
-	it := &groupItem{ctx: ctx, key: key, sql: sql, args: args, read: read, done: make(chan struct{})}
+// grouped runs one write through the group and returns its outcome. A
+// lazy write's commit need not wait for the disk: a group of lazy writes
+// alone, or a lone lazy write, commits without the sync; a group with any
+// other write syncs for all.
+func (s *Store) grouped(ctx context.Context, key, sql string, args []any, lazy bool, read func(groupResult) error) error {
+	it := &groupItem{ctx: ctx, key: key, sql: sql, args: args, read: read, lazy: lazy, done: make(chan struct{})}
 	g := s.group
 	g.mu.Lock()
 	g.queue = append(g.queue, it)
@@ -196,7 +209,11 @@ func (s *Store) lead() {
 	slices.SortStableFunc(live, func(a, b *groupItem) int { return cmp.Compare(a.key, b.key) })
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
+	lazy := !slices.ContainsFunc(live, func(it *groupItem) bool { return !it.lazy })
 	b := &pgx.Batch{}
+	if lazy {
+		b.Queue(lazyCommitSQL)
+	}
 	for _, it := range live {
 		b.Queue(it.sql, it.args...)
 	}
@@ -209,6 +226,9 @@ func (s *Store) lead() {
 		groupSent(keys)
 	}
 	var stmtErr error
+	if lazy {
+		_, stmtErr = br.Exec()
+	}
 	for _, it := range live {
 		if stmtErr != nil {
 			break
@@ -223,6 +243,9 @@ func (s *Store) lead() {
 	if stmtErr == nil && err == nil {
 		g.commits.Add(1)
 		g.items.Add(int64(len(live)))
+		if lazy {
+			g.lazyCommits.Add(1)
+		}
 		return
 	}
 	var pgErr *pgconn.PgError
@@ -240,10 +263,28 @@ func (s *Store) lead() {
 	}
 }
 
-// alone runs one write as its own autocommit statement.
+// alone runs one write as its own autocommit statement; a lazy one after
+// lazyCommitSQL, in one pipeline (one implicit transaction).
 func (s *Store) alone(it *groupItem) {
-	if it.err = it.ctx.Err(); it.err == nil {
+	if it.err = it.ctx.Err(); it.err != nil {
+		return
+	}
+	if !it.lazy {
 		it.err = it.read(loneResult{ctx: it.ctx, s: s, it: it})
+		return
+	}
+	b := &pgx.Batch{}
+	b.Queue(lazyCommitSQL)
+	b.Queue(it.sql, it.args...)
+	br := s.pool.SendBatch(it.ctx, b)
+	if _, it.err = br.Exec(); it.err == nil {
+		it.err = it.read(br)
+	}
+	if err := br.Close(); it.err == nil {
+		it.err = err
+	}
+	if it.err == nil {
+		s.group.lazyCommits.Add(1)
 	}
 }
 

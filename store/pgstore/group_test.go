@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
 )
@@ -243,5 +245,91 @@ func TestGroupCommitStalledGroup(t *testing.T) {
 	}
 	if err := <-completed; err != nil {
 		t.Fatalf("the completion, once the lock was gone: %v", err)
+	}
+}
+
+// TestGroupCommitLazyClaims: a transactional claim (ClaimParams.
+// Transactional) commits without waiting for the disk, alone or in a
+// group of such claims; a group holding any other write waits for all, so
+// that nothing acknowledged as durable is not; and the setting never
+// outlives its pipeline on the pooled connection.
+func TestGroupCommitLazyClaims(t *testing.T) {
+	s, b := setup(t)
+	ctx := context.Background()
+	txParams := func(k string) store.ClaimParams { p := params(k, "f"); p.Transactional = true; return p }
+
+	// Alone.
+	lazy := pgstore.LazyCommits(s)
+	if r, err := s.Claim(ctx, params("plain", "f")); err != nil || !r.Claimed {
+		t.Fatal(r, err)
+	}
+	if got := pgstore.LazyCommits(s); got != lazy {
+		t.Fatalf("a claim that is not transactional committed lazily (%d -> %d)", lazy, got)
+	}
+	held, err := s.Claim(ctx, txParams("tx-alone"))
+	if err != nil || !held.Claimed {
+		t.Fatal(held, err)
+	}
+	if got := pgstore.LazyCommits(s); got != lazy+1 {
+		t.Fatalf("a transactional claim alone: lazy commits %d -> %d, want one more", lazy, got)
+	}
+
+	// A group of transactional claims commits lazily; a group with a
+	// completion in it does not.
+	lazy = pgstore.LazyCommits(s)
+	var writes []func() error
+	for i := range 4 {
+		writes = append(writes, func() error { _, err := s.Claim(ctx, txParams("tx-"+strconv.Itoa(i))); return err })
+	}
+	for i, err := range queueWrites(t, s, writes...) {
+		if err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+	if got := pgstore.LazyCommits(s); got != lazy+1 {
+		t.Fatalf("a group of transactional claims: lazy commits %d -> %d, want one more", lazy, got)
+	}
+	errs := queueWrites(t, s,
+		func() error { _, err := s.Claim(ctx, txParams("tx-mixed")); return err },
+		func() error {
+			return s.Complete(ctx, store.CompleteParams{Fence: fenceOf(held), Response: []byte("r"), Retention: time.Hour})
+		})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("mixed group, write %d: %v", i, err)
+		}
+	}
+	if got := pgstore.LazyCommits(s); got != lazy+1 {
+		t.Fatalf("a group with a completion in it committed lazily (%d -> %d)", lazy+1, got)
+	}
+	if rec, err := s.Get(ctx, "tx-alone"); err != nil || rec.State != store.StateDone {
+		t.Fatalf("the mixed group's completion: %+v, %v", rec, err)
+	}
+
+	// The statement takes effect in its pipeline and ends with it.
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	batch := &pgx.Batch{}
+	batch.Queue(pgstore.LazyCommitSQL)
+	batch.Queue("SELECT current_setting('synchronous_commit')")
+	br := conn.SendBatch(ctx, batch)
+	var in, after string
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.QueryRow().Scan(&in); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if in != "off" || after == "off" {
+		t.Fatalf("synchronous_commit in the pipeline %q, after it %q: want off, then the server's setting", in, after)
 	}
 }
