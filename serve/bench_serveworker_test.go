@@ -23,14 +23,18 @@ import (
 // key, the task, its execution, its events, its step and the stored answer
 // in one transaction), reported as creates/s; then an in-process worker of
 // 8 (serve's engine, with its callbacks hook) works them all, which is the
-// ns/op. Run it beside BenchmarkExecutions/Engine/Worker and BenchmarkRiver:
+// ns/op; on PostgreSQL and on SQLite. Run it beside BenchmarkExecutions/Engine/Worker and BenchmarkRiver:
 //
 //	go test -run '^$' -bench 'ServeWorker|Engine/Worker|River/Work' -benchtime 3000x ./serve
 var benchCreators = flag.Int("bench.creators", 16, "clients creating tasks at once in BenchmarkServeWorker")
 
 func BenchmarkServeWorker(b *testing.B) {
+	b.Run("Postgres", func(b *testing.B) { _, s := migratedPostgres(b); benchServe(b, s) })
+	b.Run("SQLite", func(b *testing.B) { benchServe(b, openSQLiteTB(b)) })
+}
+
+func benchServe[TX any](b *testing.B, s serve.Store[TX]) {
 	ctx := context.Background()
-	_, s := migratedPostgres(b)
 	srv, err := serve.New(s, &serve.Config{Types: map[string]execution.TypeConfig{"export": {}}})
 	if err != nil {
 		b.Fatal(err)

@@ -138,14 +138,14 @@ func BenchmarkExecutions(b *testing.B) {
 // drain runs an in-process worker of en (8 at once, batched claims and
 // group-committed completions) until it has worked b.N steps of type
 // "export", timing only that.
-func drain(b *testing.B, en *execution.Engine[pgx.Tx]) {
+func drain[TX any](b *testing.B, en *execution.Engine[TX]) {
 	b.Helper()
 	var done sync.WaitGroup
 	done.Add(b.N)
-	w, err := en.NewWorker(map[string]execution.Handler[pgx.Tx]{
-		"export": func(context.Context, execution.Job) (execution.Result[pgx.Tx], error) {
+	w, err := en.NewWorker(map[string]execution.Handler[TX]{
+		"export": func(context.Context, execution.Job) (execution.Result[TX], error) {
 			done.Done()
-			return execution.Result[pgx.Tx]{Output: json.RawMessage(`{"ok":true}`)}, nil
+			return execution.Result[TX]{Output: json.RawMessage(`{"ok":true}`)}, nil
 		},
 	}, &execution.WorkerConfig{Concurrency: 8, Poll: time.Millisecond})
 	if err != nil {

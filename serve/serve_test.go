@@ -31,7 +31,10 @@ func types0() map[string]execution.TypeConfig {
 	return map[string]execution.TypeConfig{"export": {Lease: 30 * time.Second, MaxAttempts: 2}}
 }
 
-func openSQLite(t *testing.T) serve.Store[*sql.Tx] {
+func openSQLite(t *testing.T) serve.Store[*sql.Tx] { return openSQLiteTB(t) }
+
+// openSQLiteTB is openSQLite for tests and benchmarks alike.
+func openSQLiteTB(t testing.TB) serve.Store[*sql.Tx] {
 	t.Helper()
 	db, err := sqlitestore.Open(filepath.Join(t.TempDir(), "idem.db"), nil)
 	if err != nil {

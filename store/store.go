@@ -143,7 +143,7 @@ type ClaimParams struct {
 	// that transaction commits, and its commit makes the claim durable
 	// with it (the claim's own commit comes first in the log). A store may
 	// then skip the claim's own sync (pgstore: synchronous_commit off for
-	// it); a crash before the completion may forget the claim, which then
+	// it; sqlitestore: synchronous=NORMAL for it, in WAL mode); a crash before the completion may forget the claim, which then
 	// never ran anything, instead of leaving it to its lease. Stores that
 	// ignore it claim durably, as always.
 	Transactional bool

@@ -3,8 +3,10 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,8 +18,11 @@ import (
 type groupItem struct {
 	ctx context.Context
 	// key is the record's key (for tests).
-	key  string
-	fn   func(ctx context.Context, tx *sql.Tx) error
+	key string
+	fn  func(ctx context.Context, tx *sql.Tx) error
+	// lazy is a write that need not be durable on its own (a
+	// transactional claim, store.ClaimParams.Transactional).
+	lazy bool
 	err  error
 	done chan struct{}
 }
@@ -26,8 +31,9 @@ type groupItem struct {
 type group struct {
 	mu    sync.Mutex
 	queue []*groupItem
-	// commits counts the groups committed (for tests).
-	commits atomic.Int64
+	// commits counts the groups committed (for tests); lazyCommits those
+	// of them committed without a sync (beginLazy).
+	commits, lazyCommits atomic.Int64
 }
 
 // groupCommitting, when set (by tests), runs when a group's writes have
@@ -53,8 +59,8 @@ const groupTimeout = 30 * time.Second
 // fails, every write of the group returns that error, and none of them
 // took effect. A caller whose context ends before its write ran gets the
 // context's error, and the write never runs.
-func (s *Store) grouped(ctx context.Context, key string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	it := &groupItem{ctx: ctx, key: key, fn: fn, done: make(chan struct{})}
+func (s *Store) grouped(ctx context.Context, key string, lazy bool, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	it := &groupItem{ctx: ctx, key: key, fn: fn, lazy: lazy, done: make(chan struct{})}
 	s.group.mu.Lock()
 	s.group.queue = append(s.group.queue, it)
 	s.group.mu.Unlock()
@@ -117,29 +123,40 @@ func (s *Store) lead() {
 			close(it.done)
 		}
 	}()
-	if len(batch) == 1 {
-		// Alone: one autocommit statement on the pool, as without groups,
-		// at no added cost.
-		it := batch[0]
-		if it.err = it.ctx.Err(); it.err == nil {
-			it.err = it.fn(it.ctx, nil)
-		}
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
-	defer cancel()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		for _, it := range batch {
-			it.err = fmt.Errorf("begin: %w", interpretError(err))
-		}
-		return
-	}
 	var live []*groupItem
 	for _, it := range batch {
 		if it.err = it.ctx.Err(); it.err == nil {
 			live = append(live, it)
 		}
+	}
+	lazy := s.lazySync != "" && !slices.ContainsFunc(live, func(it *groupItem) bool { return !it.lazy })
+	switch {
+	case len(live) == 0:
+		return
+	case len(live) == 1 && !lazy:
+		// Alone: one autocommit statement on the pool, as without groups,
+		// at no added cost.
+		live[0].err = live[0].fn(live[0].ctx, nil)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	var (
+		tx  *sql.Tx
+		err error
+		// end gives a lazy transaction's connection back, once it ended.
+		end = func() {}
+	)
+	if lazy {
+		tx, end, err = s.beginLazy(ctx)
+	} else {
+		tx, err = s.db.BeginTx(ctx, nil)
+	}
+	if err != nil {
+		for _, it := range live {
+			it.err = fmt.Errorf("begin: %w", interpretError(err))
+		}
+		return
 	}
 	failed := false
 	for _, it := range live {
@@ -157,8 +174,9 @@ func (s *Store) lead() {
 			break
 		}
 	}
-	if failed || len(live) == 0 {
+	if failed {
 		_ = tx.Rollback()
+		end()
 		for _, it := range live {
 			it.err = s.alone(ctx, it)
 		}
@@ -171,7 +189,9 @@ func (s *Store) lead() {
 		}
 		groupCommitting(keys)
 	}
-	if err := tx.Commit(); err != nil {
+	err = tx.Commit()
+	end()
+	if err != nil {
 		for _, it := range batch {
 			if it.err == nil {
 				it.err = fmt.Errorf("commit (outcome unknown: read the record again): %w", interpretError(err))
@@ -180,6 +200,40 @@ func (s *Store) lead() {
 		return
 	}
 	s.group.commits.Add(1)
+	if lazy {
+		s.group.lazyCommits.Add(1)
+	}
+}
+
+// beginLazy begins a transaction that commits without syncing the
+// write-ahead log (synchronous=NORMAL on its connection), for writes that
+// need not be durable on their own (transactional claims): the next commit
+// that syncs makes them durable, since it syncs the whole log. end gives
+// the connection back with the handle's setting (lazySync), or closes it
+// when that cannot be restored, so that no pooled connection skips syncs.
+func (s *Store) beginLazy(ctx context.Context) (tx *sql.Tx, end func(), err error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	end = func() {
+		rctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+		defer cancel()
+		if _, err := conn.ExecContext(rctx, s.lazySync); err != nil {
+			s.logger.Warn("sqlitestore: closing a connection whose synchronous setting could not be restored", "err", err)
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		conn.Close()
+	}
+	if _, err := conn.ExecContext(ctx, "PRAGMA synchronous=NORMAL"); err != nil {
+		end()
+		return nil, func() {}, err
+	}
+	if tx, err = conn.BeginTx(ctx, nil); err != nil {
+		end()
+		return nil, func() {}, err
+	}
+	return tx, end, nil
 }
 
 // alone runs one write of a failed group in a transaction of its own: it

@@ -140,3 +140,84 @@ func TestGroupCommitFencedAlone(t *testing.T) {
 		t.Fatalf("b: %+v, want done with y", rec)
 	}
 }
+
+// A transactional claim (store.ClaimParams.Transactional) commits without
+// syncing the log, alone or in a group of such claims, on a connection
+// whose synchronous setting is restored after; a group with any other
+// write syncs for all; and a lazy group that fails gives its connection
+// back before its writes run again alone, even when the pool has one.
+func TestGroupCommitLazyClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := openMigrated(t, &OpenConfig{MaxOpenConns: 1})
+	s, err := New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	params := func(key string, tx bool) store.ClaimParams {
+		return store.ClaimParams{Key: key, Fingerprint: []byte("fp"), Owner: "o", Lease: time.Minute, Retention: time.Hour, Transactional: tx}
+	}
+	lazy := func() int64 { return s.group.lazyCommits.Load() }
+
+	if r, err := s.Claim(ctx, params("plain", false)); err != nil || !r.Claimed || lazy() != 0 {
+		t.Fatalf("a claim that is not transactional: %+v %v, lazy commits %d", r, err, lazy())
+	}
+	held, err := s.Claim(ctx, params("tx", true))
+	if err != nil || !held.Claimed || lazy() != 1 {
+		t.Fatalf("a transactional claim alone: %+v %v, lazy commits %d, want 1", held, err, lazy())
+	}
+
+	// queue runs items as one group.
+	queue := func(items ...*groupItem) {
+		for _, it := range items {
+			it.done = make(chan struct{})
+		}
+		s.group.queue = items
+		s.writer <- struct{}{}
+		s.lead()
+		s.unlockWrite()
+	}
+	claim := func(key string) func(ctx context.Context, tx *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			_, _, err := s.claimOnce(ctx, tx, params(key, true))
+			return err
+		}
+	}
+	group := []*groupItem{{ctx: ctx, fn: claim("g1"), lazy: true}, {ctx: ctx, fn: claim("g2"), lazy: true}}
+	queue(group...)
+	if group[0].err != nil || group[1].err != nil || lazy() != 2 {
+		t.Fatalf("a group of transactional claims: %v %v, lazy commits %d, want 2", group[0].err, group[1].err, lazy())
+	}
+	complete := func(ctx context.Context, tx *sql.Tx) error {
+		return s.complete(ctx, tx, store.CompleteParams{Fence: fenceOf(held.Record), Response: []byte("r"), Retention: time.Hour})
+	}
+	mixed := []*groupItem{{ctx: ctx, fn: claim("m1"), lazy: true}, {ctx: ctx, fn: complete}}
+	queue(mixed...)
+	if mixed[0].err != nil || mixed[1].err != nil || lazy() != 2 {
+		t.Fatalf("a group with a completion: %v %v, lazy commits %d, want still 2", mixed[0].err, mixed[1].err, lazy())
+	}
+	boom := errors.New("boom")
+	failing := []*groupItem{{ctx: ctx, fn: claim("f1"), lazy: true}, {ctx: ctx, lazy: true, fn: func(ctx context.Context, tx *sql.Tx) error {
+		if err := claim("f2")(ctx, tx); err != nil {
+			return err
+		}
+		return boom
+	}}}
+	queue(failing...)
+	if failing[0].err != nil || !errors.Is(failing[1].err, boom) {
+		t.Fatalf("a failed lazy group: %v %v", failing[0].err, failing[1].err)
+	}
+	for key, want := range map[string]store.State{"tx": store.StateDone, "g1": store.StateProcessing, "m1": store.StateProcessing, "f1": store.StateProcessing} {
+		if rec, err := s.Get(ctx, key); err != nil || rec.State != want {
+			t.Fatalf("%s: %+v %v, want state %v", key, rec, err, want)
+		}
+	}
+	if _, err := s.Get(ctx, "f2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("f2, whose write failed: %v, want not found", err)
+	}
+	var sync int
+	if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil || sync != 2 {
+		t.Fatalf("the pooled connection's synchronous is %d (%v), want 2 (FULL) restored", sync, err)
+	}
+}

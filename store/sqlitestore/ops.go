@@ -45,7 +45,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 			res  store.ClaimResult
 			done bool
 		)
-		err := s.grouped(ctx, p.Key, func(ctx context.Context, tx *sql.Tx) error {
+		err := s.grouped(ctx, p.Key, p.Transactional, func(ctx context.Context, tx *sql.Tx) error {
 			var err error
 			res, done, err = s.claimOnce(ctx, tx, p)
 			return err
@@ -118,7 +118,7 @@ func claimable(r store.Record, fingerprint []byte, now time.Time) bool {
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
-	return opError("complete", p.Key, s.grouped(ctx, p.Key, func(ctx context.Context, tx *sql.Tx) error { return s.complete(ctx, tx, p) }))
+	return opError("complete", p.Key, s.grouped(ctx, p.Key, false, func(ctx context.Context, tx *sql.Tx) error { return s.complete(ctx, tx, p) }))
 }
 
 // complete runs complete.sql in tx, or on the pool when tx is nil.
@@ -131,7 +131,7 @@ func (s *Store) complete(ctx context.Context, tx *sql.Tx, p store.CompleteParams
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, f store.Fence) error {
-	return opError("release", f.Key, s.grouped(ctx, f.Key, func(ctx context.Context, tx *sql.Tx) error {
+	return opError("release", f.Key, s.grouped(ctx, f.Key, false, func(ctx context.Context, tx *sql.Tx) error {
 		return s.fenced(ctx, tx, s.stmts.release, f)
 	}))
 }
@@ -139,7 +139,7 @@ func (s *Store) Release(ctx context.Context, f store.Fence) error {
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, f store.Fence, lease time.Duration) (time.Time, error) {
 	var until int64
-	err := s.grouped(ctx, f.Key, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.grouped(ctx, f.Key, false, func(ctx context.Context, tx *sql.Tx) error {
 		until = addMicros(s.clock(), lease)
 		return s.fenced(ctx, tx, s.stmts.extend, f, sql.Named("lease_until", until))
 	})
@@ -151,7 +151,7 @@ func (s *Store) Extend(ctx context.Context, f store.Fence, lease time.Duration) 
 
 // MarkUnknown implements store.Store.
 func (s *Store) MarkUnknown(ctx context.Context, f store.Fence) error {
-	return opError("mark unknown", f.Key, s.grouped(ctx, f.Key, func(ctx context.Context, tx *sql.Tx) error {
+	return opError("mark unknown", f.Key, s.grouped(ctx, f.Key, false, func(ctx context.Context, tx *sql.Tx) error {
 		return s.fenced(ctx, tx, s.stmts.markUnknown, f)
 	}))
 }

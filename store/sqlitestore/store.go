@@ -36,6 +36,10 @@ type Store struct {
 	// group holds the request keys' writes waiting for a group commit
 	// (group.go).
 	group group
+	// lazySync restores a connection's synchronous setting after a lazy
+	// transaction (beginLazy); "" when commits do not sync anyway, and
+	// lazy writes commit as the others do.
+	lazySync string
 	// busyTimeout bounds the wait for writer, read from the handle's
 	// PRAGMA busy_timeout so that both waits give up alike.
 	busyTimeout time.Duration
@@ -87,7 +91,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: new: %w", interpretError(err))
 	}
-	return &Store{
+	s := &Store{
 		db:          db,
 		stmts:       stmts,
 		now:         c.Now,
@@ -95,7 +99,13 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 		caps:        store.Capabilities{Durable: st.durable(), Transactions: true, Shared: true},
 		writer:      make(chan struct{}, 1),
 		busyTimeout: st.busyTimeout,
-	}, nil
+	}
+	if st.journalMode == "wal" && st.synchronous >= 2 {
+		// A lazy commit skips the sync that a later one makes for it: in
+		// WAL mode a sync covers the whole log.
+		s.lazySync = "PRAGMA synchronous=" + st.synchronousName()
+	}
+	return s, nil
 }
 
 // Capabilities reports Durable when the handle syncs every commit (WAL or
