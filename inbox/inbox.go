@@ -145,6 +145,16 @@ type Config struct {
 	// event of a stream must carry the same executionid (or none), and one
 	// from another execution is dead-lettered as a conflict.
 	ExecutionRank func(ev event.Event) int64
+	// RecordFirst makes an event of no order (dedup only) be recorded
+	// before it is applied, on every store. By default, on a store that
+	// can send the inbox row with the COMMIT (store.InboxCommitRecorder:
+	// PostgreSQL), such an event is applied first and recorded at the
+	// commit, one round trip less per event: a duplicate then runs the
+	// apply function, which is rolled back with the transaction (nothing
+	// of it commits), before it is answered. Set RecordFirst when apply is
+	// costly and duplicates come in floods. Ordered events are always
+	// recorded first. Defaults to false.
+	RecordFirst bool
 	// MaxParked bounds the parked sequences per delta stream (see
 	// order.Config). Defaults to order.DefaultMaxParked (1024).
 	MaxParked int
@@ -321,6 +331,10 @@ type try struct {
 	n      int
 	last   bool
 	doomed map[store.EventKey]doom
+	// recordFirst is set once an event applied before its record turned
+	// out to be recorded already: the next attempt records it first, to
+	// answer as a duplicate with its status.
+	recordFirst bool
 }
 
 func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64) (Result, error) {
@@ -382,6 +396,13 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 				return Result{}, fmt.Errorf("inbox: %w (last apply error: %w)", ctx.Err(), te.err)
 			case <-time.After(wait):
 			}
+		case errors.Is(err, store.ErrDuplicate) && !t.recordFirst:
+			// Applied before it was recorded, and recorded by another
+			// delivery meanwhile: rolled back. The same attempt again,
+			// recording first, answers the duplicate.
+			t.recordFirst = true
+			n--
+			continue
 		case errors.Is(err, ErrBackpressure):
 			p.hooks.OnBackpressure()
 			return Result{}, err
@@ -414,6 +435,21 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		mode = p.cfg.ModeOf(ev)
 	}
 	sk := store.StreamKey{Source: ev.Source, Subject: ev.Subject}
+	if rec, ok := p.s.(store.InboxCommitRecorder[TX]); ok && mode == 0 && prior == nil && !t.recordFirst && !p.cfg.RecordFirst {
+		if _, doomed := t.doomed[key]; !doomed {
+			// Dedup only: apply first, and record the event with the
+			// commit, in its round trip. An event recorded before fails
+			// the commit (store.ErrDuplicate), rolling the apply back, and
+			// retry runs this attempt again recording first.
+			if _, _, err := p.applyOrDead(ctx, tx, ev, t, nil, now); err != nil {
+				return Result{}, err
+			}
+			if err := rec.RecordEventAtCommitTx(ctx, tx, key, now); err != nil {
+				return Result{}, err
+			}
+			return Result{Outcome: OutcomeProcessed}, nil
+		}
+	}
 	var status store.EventStatus
 	var inserted bool
 	var raw []byte

@@ -179,3 +179,17 @@ type InboxPipeliner[TX any] interface {
 	// it can. The stream is locked whether or not the event was new.
 	RecordEventLockStreamTx(ctx context.Context, tx TX, key EventKey, at time.Time, stream StreamKey) (existing EventStatus, inserted bool, state []byte, err error)
 }
+
+// InboxCommitRecorder is implemented by stores that can send an event's
+// inbox row with the transaction's COMMIT, in its round trip (PostgreSQL:
+// a pipeline): package inbox then applies an event of no order (dedup
+// only) first and records it at the commit, one round trip less per event.
+type InboxCommitRecorder[TX any] interface {
+	// RecordEventAtCommitTx queues the insert of key's inbox row (EventDone,
+	// received at) to go out with tx's commit, or with its next statement.
+	// When the row exists (another transaction recorded the event; one
+	// still open is waited for), that commit or statement fails with an
+	// error matching ErrDuplicate, and the whole transaction rolls back:
+	// the caller's writes never commit for an event recorded before.
+	RecordEventAtCommitTx(ctx context.Context, tx TX, key EventKey, at time.Time) error
+}

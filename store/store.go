@@ -43,7 +43,8 @@ var (
 	ErrFenced = errors.New("idem/store: fenced: claim is no longer held")
 
 	// ErrDuplicate is returned when a row is created under an ID its owner
-	// already used (ExecutionStore's tasks and executions). Nothing was
+	// already used (ExecutionStore's tasks and executions; an event's inbox
+	// row recorded at the commit, InboxCommitRecorder). Nothing was
 	// written.
 	ErrDuplicate = errors.New("idem/store: duplicate id")
 )

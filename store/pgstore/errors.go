@@ -13,7 +13,8 @@ import (
 
 // interpretError is the one place where driver errors become store errors:
 // pgx.ErrNoRows becomes store.ErrNotFound, the failure of a completion whose
-// fence no longer holds (complete_tx.sql) matches store.ErrFenced, and every
+// fence no longer holds (complete_tx.sql) matches store.ErrFenced, that of
+// an inbox row recorded before (inbox_insert.sql) store.ErrDuplicate, and every
 // other error stays what it is, which to callers means the store could not
 // answer (the write may or may not have happened). Callers wrap the result
 // with what failed.
@@ -23,8 +24,17 @@ func interpretError(err error) error {
 		return store.ErrNotFound
 	case isFenced(err):
 		return fmt.Errorf("%w: %w", store.ErrFenced, err)
+	case inboxDuplicate(err):
+		return fmt.Errorf("%w: %w", store.ErrDuplicate, err)
 	}
 	return err
+}
+
+// inboxDuplicate reports whether err is inbox_insert.sql's failure: the
+// event's inbox row exists.
+func inboxDuplicate(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "idem_inbox_pkey"
 }
 
 // fencedMarker is the text in the error of complete_tx.sql when its fence

@@ -49,6 +49,20 @@ func (s *Store) RecordEventTx(ctx context.Context, tx pgx.Tx, key store.EventKey
 	return 0, false, fmt.Errorf("idem/pgstore: record event %s: no answer after %d attempts: the row keeps being deleted and inserted again", eventName(key), inboxAttempts)
 }
 
+var _ store.InboxCommitRecorder[pgx.Tx] = (*Store)(nil)
+
+// RecordEventAtCommitTx implements store.InboxCommitRecorder
+// (sql/inbox_insert.sql): in a transaction of BeginTx or InTx the insert
+// is queued (lazyTx) and goes out with the COMMIT; in another pgx.Tx it
+// runs at once. An event recorded before fails it with an error matching
+// store.ErrDuplicate (inboxDuplicate).
+func (s *Store) RecordEventAtCommitTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time) error {
+	if err := later(ctx, tx, inboxInsertSQL, bytesOf(key.Source), bytesOf(key.ID), at); err != nil {
+		return fmt.Errorf("idem/pgstore: record event %s: %w", eventName(key), interpretError(err))
+	}
+	return nil
+}
+
 // RecordEventLockStreamTx implements store.InboxPipeliner: the record and
 // the lock in one pipeline (pgx batch), a new stream's placeholder row
 // included. A record whose conflicting row is not visible yet, or a new

@@ -138,6 +138,14 @@ func TestTransactionRoundTrips(t *testing.T) {
 				return s.CompleteTx(ctx, tx, store.CompleteParams{Fence: f, Response: []byte("ok"), Retention: time.Hour})
 			})
 		}},
+		{"an event of no order applied, then recorded with the COMMIT", 2, func() error {
+			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				if err := write(ctx, tx); err != nil {
+					return err
+				}
+				return s.RecordEventAtCommitTx(ctx, tx, store.EventKey{Source: "src", ID: time.Now().String()}, time.Now())
+			})
+		}},
 		{"pgx's own transaction, one write", 3, func() error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return write(ctx, tx) })
 		}},

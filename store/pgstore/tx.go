@@ -63,17 +63,18 @@ func (s *Store) BeginTx(ctx context.Context) (pgx.Tx, error) {
 
 // CommitTx commits tx. An error leaves the outcome unknown (the server may
 // have committed before the connection failed): resolve it with Get. The
-// exceptions, both wrapped: store.ErrFenced, a CompleteTx that went out
-// with the COMMIT found its fence gone, and pgx.ErrTxCommitRollback, a
-// statement in the transaction had failed; either way the server rolled
-// everything back.
+// exceptions, all wrapped: store.ErrFenced, a CompleteTx that went out
+// with the COMMIT found its fence gone; store.ErrDuplicate with
+// pgx.ErrTxCommitRollback, a RecordEventAtCommitTx found the event
+// recorded; and pgx.ErrTxCommitRollback alone, a statement in the
+// transaction had failed. In every case the server rolled everything back.
 func (s *Store) CommitTx(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
 		if isFenced(err) { // a CompleteTx that went out with the COMMIT
 			return fmt.Errorf("idem/pgstore: commit: the completion's fence no longer holds, so the transaction was rolled back: %w: %w", store.ErrFenced, err)
 		}
 		if errors.Is(err, pgx.ErrTxCommitRollback) {
-			return fmt.Errorf("idem/pgstore: commit: the transaction had failed and was rolled back: %w", err)
+			return fmt.Errorf("idem/pgstore: commit: the transaction had failed and was rolled back: %w", interpretError(err))
 		}
 		return fmt.Errorf("idem/pgstore: commit (outcome unknown): %w", err)
 	}

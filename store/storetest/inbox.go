@@ -90,6 +90,58 @@ func exerciseInbox[TX any](t *testing.T, open Open[TX]) {
 		}
 	})
 
+	t.Run("RecordAtCommit", func(t *testing.T) {
+		t.Parallel()
+		s, ledger := newStore(t)
+		rec, ok := s.(store.InboxCommitRecorder[TX])
+		if !ok {
+			t.Skip("the store records events before the commit only")
+		}
+		record := func(id string) error {
+			return s.InTx(ctx, func(ctx context.Context, tx TX) error {
+				if err := ledger.Charge(ctx, tx, id); err != nil {
+					return err
+				}
+				return rec.RecordEventAtCommitTx(ctx, tx, ek(id), at)
+			})
+		}
+		if err := record("c1"); err != nil {
+			t.Fatal(err)
+		}
+		// Recorded before: the commit fails as a duplicate, and the
+		// transaction's writes roll back with it.
+		if err := record("c1"); !errors.Is(err, store.ErrDuplicate) {
+			t.Fatalf("a second record at the commit: %v, want ErrDuplicate", err)
+		}
+		mustInsert(t, s, ek("c1"), at, false)
+		if c := charges(t, ledger, "c1"); c != 1 {
+			t.Fatalf("%d ledger rows, want 1: the duplicate's writes committed", c)
+		}
+		// Recorded first by RecordEventTx: the same.
+		mustInsert(t, s, ek("c2"), at, true)
+		if err := record("c2"); !errors.Is(err, store.ErrDuplicate) || charges(t, ledger, "c2") != 0 {
+			t.Fatalf("recorded at the commit after RecordEventTx: %v, %d ledger rows; want ErrDuplicate, 0", err, charges(t, ledger, "c2"))
+		}
+
+		// Concurrent deliveries: one commits, every other one is a
+		// duplicate whose writes rolled back.
+		const n = 16
+		errs := make([]error, n)
+		Concurrently(n, func(i int) { errs[i] = record("dup-at-commit") })
+		committed := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				committed++
+			case !errors.Is(err, store.ErrDuplicate):
+				t.Fatalf("a concurrent record at the commit: %v", err)
+			}
+		}
+		if c := charges(t, ledger, "dup-at-commit"); committed != 1 || c != 1 {
+			t.Fatalf("%d commits, %d ledger rows; want 1 and 1", committed, c)
+		}
+	})
+
 	t.Run("StreamLockSerialisesNewStream", func(t *testing.T) {
 		t.Parallel()
 		s, _ := newStore(t)
