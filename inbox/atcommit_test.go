@@ -20,15 +20,17 @@ import (
 // PostgreSQL, whose store records an event with the commit: a new event is
 // applied once and committed; a duplicate, sequential or concurrent, is
 // answered as one and its apply's writes roll back; a dead-lettered event
-// delivered again is answered with its reason; and with RecordFirst a
-// duplicate never runs apply.
+// delivered again is answered with its reason; a duplicate whose apply
+// fails on its second run (a primary key) is answered at once, in one
+// attempt and without a retry; and with RecordFirst a duplicate never runs
+// apply.
 func TestRecordAtCommit(t *testing.T) {
 	ctx := context.Background()
 	pool := testdb.Postgres(t)
 	if _, err := pgstore.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE applied (id text NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE applied (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
 	s, err := pgstore.New(pool, nil)
@@ -44,8 +46,10 @@ func TestRecordAtCommit(t *testing.T) {
 		_, err := tx.Exec(ctx, `INSERT INTO applied (id) VALUES ($1)`, ev.ID)
 		return err
 	}
+	var retries atomic.Int64
 	newProcessor := func(cfg inbox.Config) *inbox.Processor[pgx.Tx] {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Hooks = inbox.Hooks{OnRetry: func() { retries.Add(1) }}
 		p, err := inbox.New(s, apply, &cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -73,9 +77,11 @@ func TestRecordAtCommit(t *testing.T) {
 	}
 
 	process(p, "e1", inbox.OutcomeProcessed)
-	process(p, "e1", inbox.OutcomeDuplicate)
+	if res := process(p, "e1", inbox.OutcomeDuplicate); res.Attempts != 1 || retries.Load() != 0 {
+		t.Fatalf("the duplicate took %d attempts and %d retries, want 1 and 0", res.Attempts, retries.Load())
+	}
 	if n, r := count("e1"), runs.Load(); n != 1 || r != 2 {
-		t.Fatalf("e1 applied %d times, apply ran %d times; want 1 and 2 (the duplicate's rolled back)", n, r)
+		t.Fatalf("e1 applied %d times, apply ran %d times; want 1 and 2 (the duplicate's failed, rolled back)", n, r)
 	}
 
 	if res := process(p, "bad", inbox.OutcomeDeadLettered); len(res.DeadLetters) != 1 {
@@ -108,8 +114,8 @@ func TestRecordAtCommit(t *testing.T) {
 			t.Fatalf("concurrent e2: %v", o)
 		}
 	}
-	if n := count("e2"); processed != 1 || n != 1 {
-		t.Fatalf("concurrent e2: %d processed, applied %d times; want 1 and 1", processed, n)
+	if n := count("e2"); processed != 1 || n != 1 || retries.Load() != 0 {
+		t.Fatalf("concurrent e2: %d processed, applied %d times, %d retries; want 1, 1 and 0", processed, n, retries.Load())
 	}
 
 	first := newProcessor(inbox.Config{RecordFirst: true})

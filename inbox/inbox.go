@@ -151,8 +151,13 @@ type Config struct {
 	// PostgreSQL), such an event is applied first and recorded at the
 	// commit, one round trip less per event: a duplicate then runs the
 	// apply function, which is rolled back with the transaction (nothing
-	// of it commits), before it is answered. Set RecordFirst when apply is
-	// costly and duplicates come in floods. Ordered events are always
+	// of it commits), before it is answered; when apply fails on it (an
+	// insert that cannot run twice), the event is recorded first and
+	// answered at once, without a retry's backoff. Set RecordFirst when
+	// apply is costly and duplicates come in floods. During a rollout that
+	// changes it, two processors of different settings handling one event
+	// at once may deadlock (PostgreSQL aborts one, whose event is
+	// answered unavailable and redelivered). Ordered events are always
 	// recorded first. Defaults to false.
 	RecordFirst bool
 	// MaxParked bounds the parked sequences per delta stream (see
@@ -331,11 +336,28 @@ type try struct {
 	n      int
 	last   bool
 	doomed map[store.EventKey]doom
-	// recordFirst is set once an event applied before its record turned
-	// out to be recorded already: the next attempt records it first, to
-	// answer as a duplicate with its status.
-	recordFirst bool
+	// appliedFirst is set when an attempt applied an event of no order
+	// before recording it (store.InboxCommitRecorder); recordFirst once
+	// such an attempt failed, in its apply or at its commit: the event may
+	// be a duplicate (recorded by another delivery) whose apply cannot run
+	// twice, so the same attempt runs again recording first, which answers
+	// a duplicate with its status, or meets the apply's failure and treats
+	// it as usual.
+	appliedFirst, recordFirst bool
+	// applyErr is the failure of the apply in the attempt that applied
+	// first: when recording first shows the event is new, it is that
+	// attempt's outcome, and apply does not run a second time for it.
+	applyErr error
 }
+
+// errRecordFirst is an apply that failed in an attempt that applied
+// before recording: retry runs the attempt again recording first, with no
+// backoff. A duplicate is then answered; a new event fails that attempt
+// with the apply's error (try.applyErr), without running apply again.
+type errRecordFirst struct{ err error }
+
+func (e errRecordFirst) Error() string { return e.err.Error() }
+func (e errRecordFirst) Unwrap() error { return e.err }
 
 func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64) (Result, error) {
 	return p.retry(ctx, ev, func(ctx context.Context, tx TX, t *try) (Result, error) {
@@ -379,7 +401,16 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 			te errTransient
 			ed errDoomed
 		)
+		var rf errRecordFirst
 		switch {
+		case t.appliedFirst && !t.recordFirst && (errors.As(err, &rf) || errors.Is(err, store.ErrDuplicate)):
+			// Applied before it was recorded, and rolled back: the apply
+			// failed (perhaps on a duplicate's second run), or the commit
+			// found the event recorded by another delivery. The same
+			// attempt again, recording first, tells which.
+			t.recordFirst = true
+			n--
+			continue
 		case errors.As(err, &ed):
 			if _, again := t.doomed[ed.key]; again {
 				return Result{}, fmt.Errorf("%w: event %v doomed twice", store.ErrCorrupt, ed.key)
@@ -396,13 +427,6 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 				return Result{}, fmt.Errorf("inbox: %w (last apply error: %w)", ctx.Err(), te.err)
 			case <-time.After(wait):
 			}
-		case errors.Is(err, store.ErrDuplicate) && !t.recordFirst:
-			// Applied before it was recorded, and recorded by another
-			// delivery meanwhile: rolled back. The same attempt again,
-			// recording first, answers the duplicate.
-			t.recordFirst = true
-			n--
-			continue
 		case errors.Is(err, ErrBackpressure):
 			p.hooks.OnBackpressure()
 			return Result{}, err
@@ -441,8 +465,10 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 			// commit, in its round trip. An event recorded before fails
 			// the commit (store.ErrDuplicate), rolling the apply back, and
 			// retry runs this attempt again recording first.
+			t.appliedFirst = true
 			if _, _, err := p.applyOrDead(ctx, tx, ev, t, nil, now); err != nil {
-				return Result{}, err
+				t.applyErr = err
+				return Result{}, errRecordFirst{err}
 			}
 			if err := rec.RecordEventAtCommitTx(ctx, tx, key, now); err != nil {
 				return Result{}, err
@@ -472,6 +498,12 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		return r, nil
 	}
 	if mode == 0 {
+		if err := t.applyErr; err != nil {
+			// New after all: the apply that failed when applied first is
+			// this attempt's (retry backs off, or dead-letters it).
+			t.applyErr = nil
+			return Result{}, err
+		}
 		id, reason, err := p.applyOrDead(ctx, tx, ev, t, prior, now)
 		if err != nil || id == 0 {
 			return Result{Outcome: OutcomeProcessed}, err

@@ -172,9 +172,12 @@ type TxClaim[TX any] struct {
 // transaction. Its claim need not be durable before ClaimTx returns (a
 // store may skip the claim's own sync, store.ClaimParams.Transactional):
 // the transaction that completes it makes it durable with the operation's
-// writes. A crash before that commit may forget the claim instead of
-// leaving it to its lease; either way nothing of the operation committed,
-// and the next attempt runs it.
+// writes. A crash of the database before that commit may forget the claim
+// instead of leaving it to its lease; either way nothing of the operation
+// committed, and the next attempt runs it. An operation that also has
+// effects outside the transaction (and settles with Rollback and
+// ErrOutcomeUnknown) may then find its claim gone and the key not held as
+// unknown: such effects may run again, as after any lease that ends.
 func (g *TxGuard[TX]) ClaimTx(ctx context.Context, req Request) (*TxClaim[TX], Result, error) {
 	req.tx = true
 	cl, res, err := g.Claim(ctx, req)

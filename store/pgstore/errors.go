@@ -38,8 +38,9 @@ func inboxDuplicate(err error) bool {
 }
 
 // fencedMarker is the text in the error of complete_tx.sql when its fence
-// no longer holds.
-const fencedMarker = `"idem-fenced:`
+// no longer holds (without the quotes around it, which a server's
+// translated messages may render otherwise).
+const fencedMarker = "idem-fenced:"
 
 // isFenced reports whether err is complete_tx.sql's failure: its fence no
 // longer held, so it updated nothing, and its transaction is aborted.

@@ -227,7 +227,12 @@ func (s *Store) lead() {
 	}
 	var stmtErr error
 	if lazy {
-		_, stmtErr = br.Exec()
+		// A statement error rolls the group back (each write then runs
+		// alone); any other (a broken connection) is the group's, below.
+		var pgErr *pgconn.PgError
+		if _, err := br.Exec(); errors.As(err, &pgErr) {
+			stmtErr = err
+		}
 	}
 	for _, it := range live {
 		if stmtErr != nil {

@@ -108,7 +108,7 @@ func (t *lazyTx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			if !beginning || i > 0 {
-				err = fmt.Errorf("%w: %w", errQueued, err)
+				err = fmt.Errorf("%w: %w", errQueued, interpretError(err))
 			}
 			return pgx.FailedBatchResults(b, err)
 		}

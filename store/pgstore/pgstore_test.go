@@ -480,6 +480,27 @@ func TestInTx(t *testing.T) {
 			t.Fatalf("CompleteTx with a stale fence: got %v, want ErrFenced", err)
 		}
 	})
+	t.Run("FencedThenAStatement", func(t *testing.T) {
+		// A stale completion queued before another statement fails that
+		// statement, as ErrFenced, and nothing commits.
+		res := mustClaim(t, s, params("fenced-next", "fp"))
+		stale := res
+		stale.Record.Epoch++
+		var stmtErr error
+		err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO business VALUES ($1)`, "fenced-next"); err != nil {
+				return err
+			}
+			if err := s.CompleteTx(ctx, tx, store.CompleteParams{Fence: fenceOf(stale), Response: []byte("ok"), Retention: time.Hour}); err != nil {
+				return err
+			}
+			_, stmtErr = tx.Exec(ctx, `SELECT $1::int`, 1)
+			return stmtErr
+		})
+		if !errors.Is(stmtErr, store.ErrFenced) || !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("the statement after a stale completion: %v (InTx: %v), want ErrFenced", stmtErr, err)
+		}
+	})
 	t.Run("FencedInPgxOwnTransaction", func(t *testing.T) {
 		// Outside the store's transactions nothing is queued: the stale
 		// completion fails at once, and the held one commits.
