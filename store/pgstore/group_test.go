@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/pgstore"
@@ -304,6 +306,31 @@ func TestGroupCommitLazyClaims(t *testing.T) {
 	}
 	if rec, err := s.Get(ctx, "tx-alone"); err != nil || rec.State != store.StateDone {
 		t.Fatalf("the mixed group's completion: %+v, %v", rec, err)
+	}
+
+	// No connection of the store's pool is left committing lazily: hold
+	// every idle one at once and ask each.
+	var idle []*pgxpool.Conn
+	for range b.pool.Stat().IdleConns() {
+		c, err := b.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	var bad []string
+	for i, c := range idle {
+		var setting string
+		if err := c.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&setting); err != nil || setting == "off" {
+			bad = append(bad, fmt.Sprintf("connection %d of %d: synchronous_commit %q (%v)", i, len(idle), setting, err))
+		}
+		c.Release() // before failing: the pool closes at cleanup only once all are back
+	}
+	if len(bad) > 0 {
+		t.Fatalf("pooled connections after lazy commits: %v", bad)
+	}
+	if len(idle) == 0 {
+		t.Fatal("no idle connection in the pool after the writes")
 	}
 
 	// The statement takes effect in its pipeline and ends with it.
