@@ -7,14 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemhq/idem/execution"
 	"github.com/idemhq/idem/serve"
 	"github.com/idemhq/idem/store"
+	"github.com/idemhq/idem/store/storetest"
 )
 
 // BenchmarkServeWorker measures serve's task path as the bench/ row
@@ -43,32 +42,22 @@ func benchServe[TX any](b *testing.B, s serve.Store[TX]) {
 		b.Fatal(err)
 	}
 	start := time.Now()
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range *benchCreators {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(b.N) {
-					return
-				}
-				body := fmt.Sprintf(`{"type":"export","input":{"order":"o-%d"}}`, i)
-				req := httptest.NewRequest(http.MethodPost, "/v1/tasks", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer tok")
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Idempotency-Key", fmt.Sprintf("k-%d", i))
-				rec := httptest.NewRecorder()
-				srv.ServeHTTP(rec, req)
-				if rec.Code != http.StatusCreated {
-					b.Errorf("%d %s", rec.Code, rec.Body)
-					return
-				}
+	creators := *benchCreators
+	storetest.Concurrently(creators, func(c int) {
+		for i := c; i < b.N; i += creators {
+			body := fmt.Sprintf(`{"type":"export","input":{"order":"o-%d"}}`, i)
+			req := httptest.NewRequest(http.MethodPost, "/v1/tasks", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer tok")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("k-%d", i))
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, req)
+			if rec.Code != http.StatusCreated {
+				b.Errorf("%d %s", rec.Code, rec.Body)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	created := time.Since(start)
 	drain(b, srv.Engine())
 	b.StopTimer()

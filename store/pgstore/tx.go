@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/idemhq/idem/store"
 )
 
 // rollbackTimeout bounds a rollback, which runs even when the caller's
@@ -63,18 +61,16 @@ func (s *Store) BeginTx(ctx context.Context) (pgx.Tx, error) {
 
 // CommitTx commits tx. An error leaves the outcome unknown (the server may
 // have committed before the connection failed): resolve it with Get. The
-// exceptions, all wrapped: store.ErrFenced, a CompleteTx that went out
-// with the COMMIT found its fence gone; store.ErrDuplicate with
-// pgx.ErrTxCommitRollback, a RecordEventAtCommitTx found the event
-// recorded; and pgx.ErrTxCommitRollback alone, a statement in the
-// transaction had failed. In every case the server rolled everything back.
+// one exception is pgx.ErrTxCommitRollback (wrapped): a statement in the
+// transaction had failed, so the server rolled everything back. When that
+// statement was a write queued for the COMMIT, the error also matches what
+// interpretError made of it (lazyTx): store.ErrFenced for a CompleteTx
+// whose fence was gone, store.ErrDuplicate for a RecordEventAtCommitTx of
+// an event recorded before.
 func (s *Store) CommitTx(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
-		if isFenced(err) { // a CompleteTx that went out with the COMMIT
-			return fmt.Errorf("idem/pgstore: commit: the completion's fence no longer holds, so the transaction was rolled back: %w: %w", store.ErrFenced, err)
-		}
 		if errors.Is(err, pgx.ErrTxCommitRollback) {
-			return fmt.Errorf("idem/pgstore: commit: the transaction had failed and was rolled back: %w", interpretError(err))
+			return fmt.Errorf("idem/pgstore: commit: the transaction had failed and was rolled back: %w", err)
 		}
 		return fmt.Errorf("idem/pgstore: commit (outcome unknown): %w", err)
 	}
