@@ -379,16 +379,37 @@ type change struct {
 // the executions as they now are. The first change that does not apply is
 // ErrIllegalTransition, and the caller's transaction must roll back.
 func (en *Engine[TX]) transitions(ctx context.Context, tx TX, cs []change) ([]store.Execution, error) {
-	ctx = withMemo(ctx)
-	out := make([]store.Execution, len(cs))
-	var ts []store.Transition
-	var at []int // the index in cs of each of ts
+	p, err := en.prepare(cs)
+	if err != nil || len(p.ts) == 0 {
+		return p.out, err
+	}
+	got, applied, err := en.s.TransitionsTx(ctx, tx, p.ts)
+	if err != nil {
+		return p.out, err
+	}
+	return en.finish(ctx, tx, cs, p, got, applied)
+}
+
+// prepared are the transitions of a batch of changes, decided before they
+// are written.
+type prepared struct {
+	// out is each change's execution: as it is, for a change that moves
+	// nothing, until finish fills in the others.
+	out []store.Execution
+	// ts are the transitions to write, and at the index of each's change.
+	ts []store.Transition
+	at []int
+}
+
+// prepare decides the transitions of cs (Next), with their events.
+func (en *Engine[TX]) prepare(cs []change) (prepared, error) {
+	p := prepared{out: make([]store.Execution, len(cs))}
 	for i, c := range cs {
 		next, changed, err := Next(Status(c.e.Status), c.a)
 		if err != nil || !changed {
-			out[i] = c.e
+			p.out[i] = c.e
 			if err != nil {
-				return out, err
+				return p, err
 			}
 			continue
 		}
@@ -400,27 +421,27 @@ func (en *Engine[TX]) transitions(ctx context.Context, tx TX, cs []change) ([]st
 		preview := c.e
 		preview.Status, preview.Output, preview.Error = t.To, t.Output, t.Error
 		t.Event = en.event(c.task, preview, statusType(next), nil)
-		ts, at = append(ts, t), append(at, i)
+		p.ts, p.at = append(p.ts, t), append(p.at, i)
 	}
-	if len(ts) == 0 {
-		return out, nil
-	}
-	got, applied, err := en.s.TransitionsTx(ctx, tx, ts)
-	if err != nil {
-		return out, err
-	}
-	for j, i := range at {
-		out[i] = got[j]
+	return p, nil
+}
+
+// finish takes in p's transitions as written (got, applied): one that did
+// not apply is ErrIllegalTransition; then it reports their events.
+func (en *Engine[TX]) finish(ctx context.Context, tx TX, cs []change, p prepared, got []store.Execution, applied []bool) ([]store.Execution, error) {
+	ctx = withMemo(ctx)
+	for j, i := range p.at {
+		p.out[i] = got[j]
 		if !applied[j] {
-			return out, fmt.Errorf("%w: %v on a %v execution (it was %v when decided)", ErrIllegalTransition, cs[i].a, Status(got[j].Status), Status(cs[i].e.Status))
+			return p.out, fmt.Errorf("%w: %v on a %v execution (it was %v when decided)", ErrIllegalTransition, cs[i].a, Status(got[j].Status), Status(cs[i].e.Status))
 		}
 	}
-	for j, i := range at {
-		ev := ts[j].Event
+	for j, i := range p.at {
+		ev := p.ts[j].Event
 		ev.Sequence = got[j].LastSequence
 		if err := en.emit(ctx, tx, cs[i].task, got[j], ev); err != nil {
-			return out, err
+			return p.out, err
 		}
 	}
-	return out, nil
+	return p.out, nil
 }

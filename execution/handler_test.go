@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,14 +220,7 @@ func TestWorkerBatchFailsAlone(t *testing.T) {
 		return func(ctx context.Context, tx *memstore.Tx) error { l.add(tx, row); return nil }
 	}
 	errWrites := errors.New("the ledger refused")
-	w, err := h.en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
-		"export": func(context.Context, execution.Job) (execution.Result[*memstore.Tx], error) {
-			return execution.Result[*memstore.Tx]{}, nil
-		},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := settler(t, h)
 	errs := w.Settle(context.Background(), claimed, []execution.Result[*memstore.Tx]{
 		{Writes: write("stale")},
 		{Output: json.RawMessage(`{"n":1}`), Writes: write("good")},
@@ -259,6 +253,68 @@ func TestWorkerBatchFailsAlone(t *testing.T) {
 	for _, line := range h.sent {
 		if seen[line] {
 			t.Fatalf("event %q reported twice", line)
+		}
+		seen[line] = true
+	}
+}
+
+// settler is a worker of "export" steps for Settle: its handler never runs.
+func settler(t *testing.T, h *harness) *execution.Worker[*memstore.Tx] {
+	t.Helper()
+	w, err := h.en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
+		"export": func(context.Context, execution.Job) (execution.Result[*memstore.Tx], error) {
+			return execution.Result[*memstore.Tx]{}, nil
+		},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// A batch of completions whose step updates and transitions are written
+// together (store.StepSettler) is rolled back whole when one step was
+// fenced: the fenced step's execution, RUNNING under its new owner, takes
+// no transition, although the batch wrote one for it before it saw the
+// refusal; the other step completes alone.
+func TestWorkerBatchFencedCompletion(t *testing.T) {
+	h := newHarness(t, nil)
+	h.create("export")
+	h.create("export")
+	stale, _ := h.claim("w", "export")
+	h.clock.Advance(11 * time.Second)
+	if n, err := h.en.Expire(context.Background(), 10); n != 1 || err != nil {
+		t.Fatalf("Expire: %d %v", n, err)
+	}
+	if c, ok := h.claim("other", "export"); !ok || c.Step.ID != stale.Step.ID {
+		t.Fatalf("takeover: %+v %v", c, ok)
+	}
+	good, ok := h.claim("w", "export")
+	if !ok || good.Step.ID == stale.Step.ID {
+		t.Fatalf("claim: %+v %v", good, ok)
+	}
+	w := settler(t, h)
+	claimed := []execution.Claimed{good, stale}
+	errs := w.Settle(context.Background(), claimed, make([]execution.Result[*memstore.Tx], 2), make([]error, 2))
+	if errs[0] != nil || !errors.Is(errs[1], execution.ErrFenced) {
+		t.Fatalf("errors %v", errs)
+	}
+	for i, want := range []store.ExecutionStatus{store.ExecutionSucceeded, store.ExecutionRunning} {
+		e, err := h.s.GetExecution(context.Background(), "app", claimed[i].Execution.ID)
+		if err != nil || e.Status != want {
+			t.Fatalf("execution %d: %v %v, want %v", i, e.Status, err, want)
+		}
+		evs := h.events(e.ID)
+		if last := evs[len(evs)-1]; (last == "idem.execution.succeeded") != (i == 0) {
+			t.Fatalf("execution %d's events: %v", i, evs)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[string]bool{}
+	for _, line := range h.sent {
+		if seen[line] || strings.HasPrefix(line, stale.Execution.ID+" ") && strings.HasSuffix(line, "succeeded") {
+			t.Fatalf("event %q reported (all: %v)", line, h.sent)
 		}
 		seen[line] = true
 	}

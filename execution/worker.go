@@ -388,17 +388,44 @@ func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Cla
 		}
 		changes[i] = succeedChange(c.Task, c.Execution, out)
 	}
+	if st, ok := en.s.(store.StepSettler[TX]); ok {
+		// The updates and the transitions in one round trip: a step
+		// refused fails the whole as before, its execution's transition
+		// written meanwhile rolled back with the rest.
+		p, err := en.prepare(changes)
+		if err != nil {
+			return err
+		}
+		got, applied, execs, moved, err := st.SettleStepsTx(ctx, tx, us, p.ts)
+		if err != nil {
+			return err
+		}
+		if err := refused(cs, got, applied); err != nil {
+			return err
+		}
+		_, err = en.finish(ctx, tx, changes, p, execs, moved)
+		return err
+	}
 	got, applied, err := en.s.UpdateStepsTx(ctx, tx, us)
 	if err != nil {
 		return err
 	}
+	if err := refused(cs, got, applied); err != nil {
+		return err
+	}
+	_, err = en.transitions(ctx, tx, changes)
+	return err
+}
+
+// refused is the first of cs's completions that did not apply (got, applied:
+// their steps as updated), as stepRefused says it; nil when all did.
+func refused(cs []Claimed, got []store.Step, applied []bool) error {
 	for i := range cs {
 		if err := stepRefused(cs[i].Step, got[i], StepActionComplete, applied[i]); err != nil {
 			return err
 		}
 	}
-	_, err = en.transitions(ctx, tx, changes)
-	return err
+	return nil
 }
 
 // FailTx fails the worker's claim with errText. A retryable failure with

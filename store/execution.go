@@ -372,6 +372,17 @@ type StepWaker interface {
 	StepWakeups(ctx context.Context) (<-chan struct{}, error)
 }
 
+// StepSettler is implemented by stores that write a worker's step updates
+// and its executions' transitions in one round trip (PostgreSQL: one
+// pipeline): the engine settles a batch of completed steps with it.
+type StepSettler[TX any] interface {
+	// SettleStepsTx is UpdateStepsTx(us) and then TransitionsTx(ts), with
+	// their results, in one round trip where it can. Every transition is
+	// written whether or not the step updates applied: when one of them
+	// did not, the caller must roll tx back.
+	SettleStepsTx(ctx context.Context, tx TX, us []StepUpdate, ts []Transition) (steps []Step, stepsApplied []bool, execs []Execution, execsApplied []bool, err error)
+}
+
 // StepClaimReader is implemented by stores that read the executions and
 // tasks of the steps they claim in the claim's own round trip
 // (PostgreSQL: one pipeline): the engine's claims use it.

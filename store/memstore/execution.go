@@ -31,6 +31,7 @@ type appID struct{ app, id string }
 var (
 	_ store.ExecutionStore[*Tx] = (*Executions)(nil)
 	_ store.StepStore[*Tx]      = (*Executions)(nil)
+	_ store.StepSettler[*Tx]    = (*Executions)(nil)
 )
 
 // NewExecutions returns an empty execution store whose writes join in's
@@ -560,6 +561,21 @@ func (x *Executions) TransitionsTx(ctx context.Context, tx *Tx, ts []store.Trans
 		}
 	}
 	return execs, applied, nil
+}
+
+// SettleStepsTx implements store.StepSettler: the updates, then every
+// transition whether or not they applied, as PostgreSQL's pipeline does,
+// so that the engine's use of it is tested on the model too.
+func (x *Executions) SettleStepsTx(ctx context.Context, tx *Tx, us []store.StepUpdate, ts []store.Transition) ([]store.Step, []bool, []store.Execution, []bool, error) {
+	steps, stepsApplied, err := x.UpdateStepsTx(ctx, tx, us)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	execs, moved, err := x.TransitionsTx(ctx, tx, ts)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return steps, stepsApplied, execs, moved, nil
 }
 
 // UpdateStepsTx implements store.StepStore, one update after the other.

@@ -219,13 +219,26 @@ func (s *Store) TransitionTx(ctx context.Context, tx pgx.Tx, t store.Transition)
 // pipeline (pgx batch), then, for those that did not apply, the reads that
 // say why, in another.
 func (s *Store) TransitionsTx(ctx context.Context, tx pgx.Tx, ts []store.Transition) ([]store.Execution, []bool, error) {
+	w, execs, err := transitions(ts)
+	if err != nil {
+		return nil, nil, err
+	}
+	applied, err := w.run(ctx, tx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return execs, applied, nil
+}
+
+// transitions are the conditional writes of ts, whose rows land in execs.
+func transitions(ts []store.Transition) (conditionalWrites, []store.Execution, error) {
 	for _, t := range ts {
 		if err := checkText(map[string]string{"app": t.App, "execution id": t.ID, "error": t.Error, "event type": t.Event.Type}); err != nil {
-			return nil, nil, execError("transition", t.App, t.ID, err)
+			return conditionalWrites{}, nil, execError("transition", t.App, t.ID, err)
 		}
 	}
 	execs := make([]store.Execution, len(ts))
-	applied, err := conditional(ctx, tx, len(ts), func(b *pgx.Batch, i int) {
+	return conditionalWrites{n: len(ts), write: func(b *pgx.Batch, i int) {
 		t := ts[i]
 		var output any // NULL keeps the stored output
 		if t.Output != nil {
@@ -233,36 +246,57 @@ func (s *Store) TransitionsTx(ctx context.Context, tx pgx.Tx, ts []store.Transit
 		}
 		b.Queue(executionTransitionSQL, t.App, t.ID, int16(t.From), int16(t.To), orNull(t.StartedAt), orNull(t.FinishedAt), output,
 			t.Error, t.Progress, t.Event.Type, t.Event.Data, t.Event.Time, t.Reopen)
-	}, func(b *pgx.Batch, i int) {
+	}, read: func(b *pgx.Batch, i int) {
 		b.Queue(executionGetSQL, ts[i].App, ts[i].ID)
-	}, func(row pgx.Row, i int) error {
+	}, scan: func(row pgx.Row, i int) error {
 		execs[i] = store.Execution{App: ts[i].App, ID: ts[i].ID}
 		return scanExecution(row, &execs[i])
-	}, func(i int, err error) error {
+	}, fail: func(i int, err error) error {
 		return execError("transition", ts[i].App, ts[i].ID, err)
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return execs, applied, nil
+	}}, execs, nil
 }
 
-// conditional runs n conditional writes (write queues the i-th) in one
-// pipeline, scanning the row each returns; a write that returns none (its
-// condition did not hold, or there is no such row) is read again (read
-// queues it), in a second pipeline, so the row says which. fail wraps the
-// error of the i-th.
-func conditional(ctx context.Context, tx pgx.Tx, n int, write, read func(b *pgx.Batch, i int),
-	scan func(row pgx.Row, i int) error, fail func(i int, err error) error) ([]bool, error) {
-	applied := make([]bool, n)
+// conditionalWrites are n conditional writes: write queues the i-th, which
+// returns its row (scan reads it into place) or none when its condition did
+// not hold; read queues the read of the i-th's row as it is; fail wraps
+// the i-th's error.
+type conditionalWrites struct {
+	n           int
+	write, read func(b *pgx.Batch, i int)
+	scan        func(row pgx.Row, i int) error
+	fail        func(i int, err error) error
+}
+
+// then is w followed by next: the writes of both, in one pipeline when run.
+func (w conditionalWrites) then(next conditionalWrites) conditionalWrites {
+	pick := func(i int) (conditionalWrites, int) {
+		if i < w.n {
+			return w, i
+		}
+		return next, i - w.n
+	}
+	return conditionalWrites{n: w.n + next.n,
+		write: func(b *pgx.Batch, i int) { c, j := pick(i); c.write(b, j) },
+		read:  func(b *pgx.Batch, i int) { c, j := pick(i); c.read(b, j) },
+		scan:  func(row pgx.Row, i int) error { c, j := pick(i); return c.scan(row, j) },
+		fail:  func(i int, err error) error { c, j := pick(i); return c.fail(j, err) },
+	}
+}
+
+// run sends the writes in one pipeline, scanning the row each returns; a
+// write that returns none (its condition did not hold, or there is no such
+// row) is read again, in a second pipeline, so that the row says which.
+// applied[i] says whether the i-th applied.
+func (w conditionalWrites) run(ctx context.Context, tx pgx.Tx) ([]bool, error) {
+	applied := make([]bool, w.n)
 	var missed []int
-	err := pipeline(ctx, tx, n, write, func(row pgx.Row, i int) error {
-		err := scan(row, i)
+	err := pipeline(ctx, tx, w.n, w.write, func(row pgx.Row, i int) error {
+		err := w.scan(row, i)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			missed = append(missed, i)
 		case err != nil:
-			return fail(i, err)
+			return w.fail(i, err)
 		default:
 			applied[i] = true
 		}
@@ -271,9 +305,9 @@ func conditional(ctx context.Context, tx pgx.Tx, n int, write, read func(b *pgx.
 	if err != nil {
 		return nil, err
 	}
-	err = pipeline(ctx, tx, len(missed), func(b *pgx.Batch, j int) { read(b, missed[j]) }, func(row pgx.Row, j int) error {
-		if err := scan(row, missed[j]); err != nil {
-			return fail(missed[j], err)
+	err = pipeline(ctx, tx, len(missed), func(b *pgx.Batch, j int) { w.read(b, missed[j]) }, func(row pgx.Row, j int) error {
+		if err := w.scan(row, missed[j]); err != nil {
+			return w.fail(missed[j], err)
 		}
 		return nil
 	})

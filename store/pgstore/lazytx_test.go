@@ -123,11 +123,53 @@ func TestTransactionRoundTrips(t *testing.T) {
 		}
 		fences = append(fences, store.Fence{Key: k, Epoch: res.Record.Epoch, Owner: "o"})
 	}
+	// Six claimed steps of their own type, two for each run of the
+	// settle's row.
+	for i := range 6 {
+		id := fmt.Sprintf("settle-%d", i)
+		if err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return s.CreateTaskTx(ctx, tx, store.NewTask{
+				Task:        store.Task{App: "app", ID: id, Type: "settle", Input: []byte(`{}`), CreatedAt: time.Now()},
+				ExecutionID: id, Status: store.ExecutionRunning,
+				Event: store.Event{Type: "idem.execution.created", Data: []byte(`{}`), Time: time.Now()},
+				Step: &store.Step{App: "app", ID: id, ExecutionID: id, Name: "settle", Type: "settle", Status: store.StepDispatched,
+					DueAt: time.Now(), CreatedAt: time.Now()},
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var settling []store.Step
+	if err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+		settling, err = s.ClaimStepsTx(ctx, tx, store.StepClaim{Types: []string{"settle"}, Owner: "w", Now: time.Now(), Lease: time.Minute, Limit: 6})
+		return err
+	}); err != nil || len(settling) != 6 {
+		t.Fatal(settling, err)
+	}
 	for _, c := range []struct {
 		name string
 		want int64
 		fn   func() error
 	}{
+		{"a worker's settle of two steps: their updates and their executions' transitions, then the commit", 2, func() error {
+			two := settling[:2]
+			settling = settling[2:]
+			var us []store.StepUpdate
+			var ts []store.Transition
+			for _, st := range two {
+				us = append(us, store.StepUpdate{App: st.App, ID: st.ID, From: store.StepExecuting, Epoch: st.Epoch, Owner: st.Owner,
+					Status: store.StepCompleted, Output: []byte(`{}`), ClearClaim: true})
+				ts = append(ts, store.Transition{App: st.App, ID: st.ExecutionID, From: store.ExecutionRunning, To: store.ExecutionSucceeded,
+					FinishedAt: time.Now(), Event: store.Event{Type: "idem.execution.succeeded", Data: []byte(`{}`), Time: time.Now()}})
+			}
+			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				_, stepsApplied, _, moved, err := s.SettleStepsTx(ctx, tx, us, ts)
+				if err == nil && (!stepsApplied[0] || !stepsApplied[1] || !moved[0] || !moved[1]) {
+					err = fmt.Errorf("applied %v, moved %v", stepsApplied, moved)
+				}
+				return err
+			})
+		}},
 		{"a business write and a request key's completion, which goes with the COMMIT", 2, func() error {
 			f := fences[0]
 			fences = fences[1:]

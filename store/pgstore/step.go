@@ -14,7 +14,10 @@ import (
 	"github.com/idemhq/idem/store"
 )
 
-var _ store.StepStore[pgx.Tx] = (*Store)(nil)
+var (
+	_ store.StepStore[pgx.Tx]   = (*Store)(nil)
+	_ store.StepSettler[pgx.Tx] = (*Store)(nil)
+)
 
 var (
 	//go:embed sql/step_insert.sql
@@ -209,13 +212,26 @@ func (s *Store) UpdateStepTx(ctx context.Context, tx pgx.Tx, u store.StepUpdate)
 // (pgx batch), then, for those that did not apply, the reads that say why,
 // in another.
 func (s *Store) UpdateStepsTx(ctx context.Context, tx pgx.Tx, us []store.StepUpdate) ([]store.Step, []bool, error) {
+	w, steps, err := stepUpdates(us)
+	if err != nil {
+		return nil, nil, err
+	}
+	applied, err := w.run(ctx, tx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return steps, applied, nil
+}
+
+// stepUpdates are the conditional writes of us, whose rows land in steps.
+func stepUpdates(us []store.StepUpdate) (conditionalWrites, []store.Step, error) {
 	for _, u := range us {
 		if err := checkText(map[string]string{"app": u.App, "step id": u.ID, "owner": u.Owner, "error": u.Error}); err != nil {
-			return nil, nil, execError("update step", u.App, u.ID, err)
+			return conditionalWrites{}, nil, execError("update step", u.App, u.ID, err)
 		}
 	}
 	steps := make([]store.Step, len(us))
-	applied, err := conditional(ctx, tx, len(us), func(b *pgx.Batch, i int) {
+	return conditionalWrites{n: len(us), write: func(b *pgx.Batch, i int) {
 		u := us[i]
 		var output any // NULL keeps the stored output
 		if u.Output != nil {
@@ -223,18 +239,33 @@ func (s *Store) UpdateStepsTx(ctx context.Context, tx pgx.Tx, us []store.StepUpd
 		}
 		b.Queue(stepUpdateSQL, u.App, u.ID, int16(u.From), u.Epoch, u.Owner, int16(u.Status), u.ClearClaim,
 			orNull(u.LeaseUntil), orNull(u.DueAt), output, u.Error, u.CancelRequested)
-	}, func(b *pgx.Batch, i int) {
+	}, read: func(b *pgx.Batch, i int) {
 		b.Queue(stepGetSQL, us[i].App, us[i].ID)
-	}, func(row pgx.Row, i int) error {
+	}, scan: func(row pgx.Row, i int) error {
 		steps[i] = store.Step{App: us[i].App}
 		return scanStep(row, &steps[i])
-	}, func(i int, err error) error {
+	}, fail: func(i int, err error) error {
 		return execError("update step", us[i].App, us[i].ID, err)
-	})
+	}}, steps, nil
+}
+
+// SettleStepsTx implements store.StepSettler: the step updates and then
+// the transitions in one pipeline, and the reads of those that did not
+// apply in another.
+func (s *Store) SettleStepsTx(ctx context.Context, tx pgx.Tx, us []store.StepUpdate, ts []store.Transition) ([]store.Step, []bool, []store.Execution, []bool, error) {
+	uw, steps, err := stepUpdates(us)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return steps, applied, nil
+	tw, execs, err := transitions(ts)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	applied, err := uw.then(tw).run(ctx, tx)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return steps, applied[:len(us)], execs, applied[len(us):], nil
 }
 
 // GetStep implements store.StepStore.
