@@ -320,6 +320,72 @@ func TestWorkerBatchFencedCompletion(t *testing.T) {
 	}
 }
 
+// settleOrder records the executions and steps of each settle.
+type settleOrder struct {
+	*memstore.Executions
+	executions, steps [][]string
+}
+
+func (r *settleOrder) SettleStepsTx(ctx context.Context, tx *memstore.Tx, us []store.StepUpdate, ts []store.Transition) ([]store.Step, []bool, []store.Execution, []bool, error) {
+	var execs, steps []string
+	for i := range ts {
+		execs, steps = append(execs, ts[i].ID), append(steps, us[i].ID)
+	}
+	r.executions, r.steps = append(r.executions, execs), append(r.steps, steps)
+	return r.Executions.SettleStepsTx(ctx, tx, us, ts)
+}
+
+// A batch is settled in the order of its executions' ids, whatever the
+// order its steps ended in, so that two settles lock shared executions in
+// the same order.
+func TestWorkerSettlesInExecutionOrder(t *testing.T) {
+	rec := &settleOrder{Executions: memstore.NewExecutions(memstore.NewInbox())}
+	n := 0
+	en, err := execution.New[*memstore.Tx](rec, &execution.Config{
+		Types: map[string]execution.TypeConfig{"export": {}},
+		NewID: func() string { n++; return fmt.Sprintf("id%02d", n) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed []execution.Claimed
+	ctx := context.Background()
+	if err := rec.InTx(ctx, func(ctx context.Context, tx *memstore.Tx) error {
+		for range 3 {
+			if _, _, err := en.CreateTx(ctx, tx, "app", execution.NewTask{Type: "export", Input: json.RawMessage(`{}`)}); err != nil {
+				return err
+			}
+		}
+		claimed, err = en.ClaimManyTx(ctx, tx, []string{"export"}, "w", 0, 3)
+		return err
+	}); err != nil || len(claimed) != 3 {
+		t.Fatal(claimed, err)
+	}
+	slices.Reverse(claimed)
+	w, err := en.NewWorker(map[string]execution.Handler[*memstore.Tx]{
+		"export": func(context.Context, execution.Job) (execution.Result[*memstore.Tx], error) {
+			return execution.Result[*memstore.Tx]{}, nil
+		},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range w.Settle(ctx, claimed, make([]execution.Result[*memstore.Tx], 3), make([]error, 3)) {
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	if len(rec.executions) != 1 || !slices.IsSorted(rec.executions[0]) || len(rec.executions[0]) != 3 {
+		t.Fatalf("settled executions %v, want one batch in order", rec.executions)
+	}
+	for i, id := range rec.steps[0] {
+		st, err := rec.GetStep(ctx, "app", id)
+		if err != nil || st.ExecutionID != rec.executions[0][i] {
+			t.Fatalf("step %s settled with execution %s: %+v %v", id, rec.executions[0][i], st, err)
+		}
+	}
+}
+
 // A step that completes while its execution is CANCELING makes it
 // SUCCEEDED (the work did finish): the worker's completion, tried on what
 // its claim read (RUNNING), reads the execution again.

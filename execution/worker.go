@@ -2,10 +2,13 @@ package execution
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/store"
@@ -361,11 +364,16 @@ func (en *Engine[TX]) completeClaimedTx(ctx context.Context, tx TX, c Claimed, o
 }
 
 // completeClaimedManyTx completes each claim with its output as
-// completeClaimedTx does, with the steps' updates in one round trip and
-// the executions' transitions in another, where the store can. It does not
-// read again: a step fenced, or an execution that changed since its claim,
-// fails the whole, and the caller's transaction must roll back (the worker
-// then settles each step alone).
+// completeClaimedTx does, with the steps' updates and the executions'
+// transitions in one round trip (store.StepSettler), or one each, where
+// the store can. It does not read again: a step fenced, or an execution
+// that changed since its claim, fails the whole, and the caller's
+// transaction must roll back (the worker then settles each step alone).
+//
+// The rows are written in the order of their executions' ids, so that two
+// settles sharing executions (a stale owner's and its successor's, both
+// holding the steps' old claims) lock them in the same order, and neither
+// waits for the other while holding what the other waits for.
 func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Claimed, outputs []json.RawMessage) error {
 	if en.multiStep(cs) {
 		// Each decides its next step on its execution as it now is.
@@ -376,6 +384,14 @@ func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Cla
 		}
 		return nil
 	}
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(strings.Compare(cs[a].Step.App, cs[b].Step.App), strings.Compare(cs[a].Step.ExecutionID, cs[b].Step.ExecutionID))
+	})
+	cs, outputs = permute(cs, order), permute(outputs, order)
 	us := make([]store.StepUpdate, len(cs))
 	changes := make([]change, len(cs))
 	for i, c := range cs {
@@ -415,6 +431,15 @@ func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Cla
 	}
 	_, err = en.transitions(ctx, tx, changes)
 	return err
+}
+
+// permute returns xs in the order of the indices in order.
+func permute[T any](xs []T, order []int) []T {
+	out := make([]T, len(order))
+	for i, j := range order {
+		out[i] = xs[j]
+	}
+	return out
 }
 
 // refused is the first of cs's completions that did not apply (got, applied:
