@@ -326,18 +326,17 @@ type settleOrder struct {
 	executions, steps [][]string
 }
 
-func (r *settleOrder) SettleStepsTx(ctx context.Context, tx *memstore.Tx, us []store.StepUpdate, ts []store.Transition) ([]store.Step, []bool, []store.Execution, []bool, error) {
+func (r *settleOrder) SettleStepsTx(ctx context.Context, tx *memstore.Tx, us []store.StepUpdate, ts []store.Transition, after []int) ([]store.Step, []bool, []store.Execution, []bool, error) {
 	var execs, steps []string
-	for i := range ts {
-		execs, steps = append(execs, ts[i].ID), append(steps, us[i].ID)
+	for j := range ts {
+		execs, steps = append(execs, ts[j].ID), append(steps, us[after[j]].ID)
 	}
 	r.executions, r.steps = append(r.executions, execs), append(r.steps, steps)
-	return r.Executions.SettleStepsTx(ctx, tx, us, ts)
+	return r.Executions.SettleStepsTx(ctx, tx, us, ts, after)
 }
 
 // A batch is settled in the order of its executions' ids, whatever the
-// order its steps ended in, so that two settles lock shared executions in
-// the same order.
+// order its steps ended in, each output with its own step.
 func TestWorkerSettlesInExecutionOrder(t *testing.T) {
 	rec := &settleOrder{Executions: memstore.NewExecutions(memstore.NewInbox())}
 	n := 0
@@ -370,9 +369,20 @@ func TestWorkerSettlesInExecutionOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, err := range w.Settle(ctx, claimed, make([]execution.Result[*memstore.Tx], 3), make([]error, 3)) {
+	results := make([]execution.Result[*memstore.Tx], 3)
+	for i := range results {
+		results[i].Output = json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))
+	}
+	for i, err := range w.Settle(ctx, claimed, results, make([]error, 3)) {
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	// Each output stays with its own step and execution.
+	for i, c := range claimed {
+		e, err := rec.GetExecution(ctx, "app", c.Execution.ID)
+		if err != nil || string(e.Output) != string(results[i].Output) {
+			t.Fatalf("execution %s: output %s, %v; want %s", c.Execution.ID, e.Output, err, results[i].Output)
 		}
 	}
 	if len(rec.executions) != 1 || !slices.IsSorted(rec.executions[0]) || len(rec.executions[0]) != 3 {

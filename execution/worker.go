@@ -370,10 +370,8 @@ func (en *Engine[TX]) completeClaimedTx(ctx context.Context, tx TX, c Claimed, o
 // that changed since its claim, fails the whole, and the caller's
 // transaction must roll back (the worker then settles each step alone).
 //
-// The rows are written in the order of their executions' ids, so that two
-// settles sharing executions (a stale owner's and its successor's, both
-// holding the steps' old claims) lock them in the same order, and neither
-// waits for the other while holding what the other waits for.
+// The rows are written in the order of their executions' ids, so that
+// settles of steps of the same executions lock them in one order.
 func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Claimed, outputs []json.RawMessage) error {
 	if en.multiStep(cs) {
 		// Each decides its next step on its execution as it now is.
@@ -405,14 +403,14 @@ func (en *Engine[TX]) completeClaimedManyTx(ctx context.Context, tx TX, cs []Cla
 		changes[i] = succeedChange(c.Task, c.Execution, out)
 	}
 	if st, ok := en.s.(store.StepSettler[TX]); ok {
-		// The updates and the transitions in one round trip: a step
-		// refused fails the whole as before, its execution's transition
-		// written meanwhile rolled back with the rest.
+		// The updates and the transitions in one round trip, each
+		// transition only once its step's update applied (us[i] is
+		// change i's step): a step refused fails the whole as before.
 		p, err := en.prepare(changes)
 		if err != nil {
 			return err
 		}
-		got, applied, execs, moved, err := st.SettleStepsTx(ctx, tx, us, p.ts)
+		got, applied, execs, moved, err := st.SettleStepsTx(ctx, tx, us, p.ts, p.at)
 		if err != nil {
 			return err
 		}

@@ -377,10 +377,11 @@ type StepWaker interface {
 // pipeline): the engine settles a batch of completed steps with it.
 type StepSettler[TX any] interface {
 	// SettleStepsTx is UpdateStepsTx(us) and then TransitionsTx(ts), with
-	// their results, in one round trip where it can. Every transition is
-	// written whether or not the step updates applied: when one of them
-	// did not, the caller must roll tx back.
-	SettleStepsTx(ctx context.Context, tx TX, us []StepUpdate, ts []Transition) (steps []Step, stepsApplied []bool, execs []Execution, execsApplied []bool, err error)
+	// their results, in one round trip where it can, except that ts[j]
+	// applies only when the update us[after[j]] did, on the same
+	// application (its step's): a transition whose step update was refused
+	// neither applies nor locks its execution.
+	SettleStepsTx(ctx context.Context, tx TX, us []StepUpdate, ts []Transition, after []int) (steps []Step, stepsApplied []bool, execs []Execution, execsApplied []bool, err error)
 }
 
 // StepClaimReader is implemented by stores that read the executions and

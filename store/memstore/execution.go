@@ -563,17 +563,32 @@ func (x *Executions) TransitionsTx(ctx context.Context, tx *Tx, ts []store.Trans
 	return execs, applied, nil
 }
 
-// SettleStepsTx implements store.StepSettler: the updates, then every
-// transition whether or not they applied, as PostgreSQL's pipeline does,
-// so that the engine's use of it is tested on the model too.
-func (x *Executions) SettleStepsTx(ctx context.Context, tx *Tx, us []store.StepUpdate, ts []store.Transition) ([]store.Step, []bool, []store.Execution, []bool, error) {
+// SettleStepsTx implements store.StepSettler: the updates, then each
+// transition whose step update applied (the others read as they are), as
+// PostgreSQL's pipeline does, so that the engine's use of it is tested on
+// the model too.
+func (x *Executions) SettleStepsTx(ctx context.Context, tx *Tx, us []store.StepUpdate, ts []store.Transition, after []int) ([]store.Step, []bool, []store.Execution, []bool, error) {
+	if len(after) != len(ts) {
+		return nil, nil, nil, nil, fmt.Errorf("memstore: settle: %d transitions and %d steps they follow", len(ts), len(after))
+	}
 	steps, stepsApplied, err := x.UpdateStepsTx(ctx, tx, us)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	execs, moved, err := x.TransitionsTx(ctx, tx, ts)
-	if err != nil {
-		return nil, nil, nil, nil, err
+	execs, moved := make([]store.Execution, len(ts)), make([]bool, len(ts))
+	for j, t := range ts {
+		if i := after[j]; i < 0 || i >= len(us) || us[i].App != t.App {
+			return nil, nil, nil, nil, fmt.Errorf("memstore: settle: transition %d follows no step update of its application", j)
+		}
+		if !stepsApplied[after[j]] {
+			if execs[j], err = x.GetExecutionTx(ctx, tx, t.App, t.ID); err != nil {
+				return nil, nil, nil, nil, err
+			}
+			continue
+		}
+		if execs[j], moved[j], err = x.TransitionTx(ctx, tx, t); err != nil {
+			return nil, nil, nil, nil, err
+		}
 	}
 	return steps, stepsApplied, execs, moved, nil
 }

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -232,6 +233,33 @@ func (s *Store) TransitionsTx(ctx context.Context, tx pgx.Tx, ts []store.Transit
 
 // transitions are the conditional writes of ts, whose rows land in execs.
 func transitions(ts []store.Transition) (conditionalWrites, []store.Execution, error) {
+	return guardedTransitions(ts, nil)
+}
+
+// executionTransitionSettledSQL is execution_transition.sql applying only
+// while a step is in a status at an epoch ($14 step id, $15 status, $16
+// epoch): the step update before it in the same transaction applied
+// (SettleStepsTx). When it did not, the update's condition fails on the
+// execution's row before it is locked, so the transition neither applies
+// nor waits for, nor blocks, the transactions on that execution.
+var executionTransitionSettledSQL = mustReplace(executionTransitionSQL,
+	"WHERE app = $1 AND id = $2 AND status = $3\n",
+	"WHERE app = $1 AND id = $2 AND status = $3\n"+
+		"      AND EXISTS (SELECT 1 FROM idem_steps WHERE app = $1 AND id = $14 AND status = $15 AND epoch = $16)\n")
+
+// mustReplace is strings.Replace of old's one occurrence in s, which must
+// be there.
+func mustReplace(s, old, new string) string {
+	if strings.Count(s, old) != 1 {
+		panic("idem/pgstore: a derived statement's base changed: " + old)
+	}
+	return strings.Replace(s, old, new, 1)
+}
+
+// guardedTransitions are transitions' writes, each applying only once the
+// step update guard(i) names applied (executionTransitionSettledSQL); with
+// a nil guard, as transitions.
+func guardedTransitions(ts []store.Transition, guard func(i int) store.StepUpdate) (conditionalWrites, []store.Execution, error) {
 	for _, t := range ts {
 		if err := checkText(map[string]string{"app": t.App, "execution id": t.ID, "error": t.Error, "event type": t.Event.Type}); err != nil {
 			return conditionalWrites{}, nil, execError("transition", t.App, t.ID, err)
@@ -244,8 +272,14 @@ func transitions(ts []store.Transition) (conditionalWrites, []store.Execution, e
 		if t.Output != nil {
 			output = t.Output
 		}
-		b.Queue(executionTransitionSQL, t.App, t.ID, int16(t.From), int16(t.To), orNull(t.StartedAt), orNull(t.FinishedAt), output,
-			t.Error, t.Progress, t.Event.Type, t.Event.Data, t.Event.Time, t.Reopen)
+		args := []any{t.App, t.ID, int16(t.From), int16(t.To), orNull(t.StartedAt), orNull(t.FinishedAt), output,
+			t.Error, t.Progress, t.Event.Type, t.Event.Data, t.Event.Time, t.Reopen}
+		if guard == nil {
+			b.Queue(executionTransitionSQL, args...)
+			return
+		}
+		u := guard(i)
+		b.Queue(executionTransitionSettledSQL, append(args, u.ID, int16(u.Status), u.Epoch)...)
 	}, read: func(b *pgx.Batch, i int) {
 		b.Queue(executionGetSQL, ts[i].App, ts[i].ID)
 	}, scan: func(row pgx.Row, i int) error {

@@ -264,6 +264,78 @@ func TestClaimStepsRead(t *testing.T) {
 	})
 }
 
+// SettleStepsTx applies a transition only once its step's update did: a
+// settle whose step was taken over neither moves the step's execution nor
+// locks it, so it never waits for, or holds up, the transactions of the
+// step's new owner.
+func TestSettleStepsTxRefusedLocksNothing(t *testing.T) {
+	t.Parallel()
+	s, b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		return s.CreateTaskTx(ctx, tx, store.NewTask{
+			Task:        store.Task{App: "app", ID: "t", Type: "export", Input: []byte(`{}`), CreatedAt: now},
+			ExecutionID: "e", Status: store.ExecutionRunning,
+			Event: store.Event{Type: "idem.execution.running", Data: []byte(`{}`), Time: now},
+			Step: &store.Step{App: "app", ID: "s", ExecutionID: "e", Name: "export", Type: "export", Status: store.StepDispatched,
+				DueAt: now, CreatedAt: now},
+		})
+	})
+	var st store.Step
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		steps, err := s.ClaimStepsTx(ctx, tx, store.StepClaim{Types: []string{"export"}, Owner: "w", Now: now, Lease: time.Minute, Limit: 1})
+		if err == nil && len(steps) != 1 {
+			err = fmt.Errorf("claimed %v", steps)
+		}
+		if err == nil {
+			st = steps[0]
+		}
+		return err
+	})
+	settle := func(ctx context.Context, tx pgx.Tx, epoch int64) ([]bool, []store.Execution, []bool, error) {
+		us := []store.StepUpdate{{App: "app", ID: "s", From: store.StepExecuting, Epoch: epoch, Owner: st.Owner,
+			Status: store.StepCompleted, Output: []byte(`{}`), ClearClaim: true}}
+		ts := []store.Transition{{App: "app", ID: "e", From: store.ExecutionRunning, To: store.ExecutionSucceeded, FinishedAt: now,
+			Event: store.Event{Type: "idem.execution.succeeded", Data: []byte(`{}`), Time: now}}}
+		_, applied, execs, moved, err := s.SettleStepsTx(ctx, tx, us, ts, []int{0})
+		return applied, execs, moved, err
+	}
+
+	// A stale claim's settle, its transaction left open.
+	tx, err := s.BeginTx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.RollbackTx(ctx, tx) }()
+	applied, execs, moved, err := settle(ctx, tx, st.Epoch+1)
+	if err != nil || applied[0] || moved[0] || execs[0].Status != store.ExecutionRunning {
+		t.Fatalf("stale settle: applied %v, moved %v, %+v, %v", applied, moved, execs, err)
+	}
+	// The execution's row is free: another transaction writes it at once.
+	if err := pgx.BeginFunc(ctx, b.pool, func(other pgx.Tx) error {
+		if _, err := other.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+			return err
+		}
+		_, err := other.Exec(ctx, "UPDATE idem_executions SET progress = progress WHERE app = 'app' AND id = 'e'")
+		return err
+	}); err != nil {
+		t.Fatalf("the stale settle holds the execution's row: %v", err)
+	}
+	if err := s.RollbackTx(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The claim's own settle moves it.
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		applied, execs, moved, err := settle(ctx, tx, st.Epoch)
+		if err == nil && (!applied[0] || !moved[0] || execs[0].Status != store.ExecutionSucceeded) {
+			err = fmt.Errorf("settle: applied %v, moved %v, %+v", applied, moved, execs)
+		}
+		return err
+	})
+}
+
 // eachInTx runs fn n times, each in a transaction of its own.
 func eachInTx(t *testing.T, s *pgstore.Store, n int, fn func(ctx context.Context, tx pgx.Tx, i int) error) {
 	t.Helper()

@@ -250,14 +250,23 @@ func stepUpdates(us []store.StepUpdate) (conditionalWrites, []store.Step, error)
 }
 
 // SettleStepsTx implements store.StepSettler: the step updates and then
-// the transitions in one pipeline, and the reads of those that did not
+// the transitions in one pipeline, each transition conditional on its step
+// (executionTransitionSettledSQL), and the reads of those that did not
 // apply in another.
-func (s *Store) SettleStepsTx(ctx context.Context, tx pgx.Tx, us []store.StepUpdate, ts []store.Transition) ([]store.Step, []bool, []store.Execution, []bool, error) {
+func (s *Store) SettleStepsTx(ctx context.Context, tx pgx.Tx, us []store.StepUpdate, ts []store.Transition, after []int) ([]store.Step, []bool, []store.Execution, []bool, error) {
+	if len(after) != len(ts) {
+		return nil, nil, nil, nil, fmt.Errorf("idem/pgstore: settle: %d transitions and %d steps they follow", len(ts), len(after))
+	}
 	uw, steps, err := stepUpdates(us)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	tw, execs, err := transitions(ts)
+	for j, i := range after {
+		if i < 0 || i >= len(us) || us[i].App != ts[j].App {
+			return nil, nil, nil, nil, fmt.Errorf("idem/pgstore: settle: transition %d follows no step update of its application", j)
+		}
+	}
+	tw, execs, err := guardedTransitions(ts, func(j int) store.StepUpdate { return us[after[j]] })
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
