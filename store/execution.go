@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -382,6 +383,21 @@ type StepSettler[TX any] interface {
 	// application (its step's): a transition whose step update was refused
 	// neither applies nor locks its execution.
 	SettleStepsTx(ctx context.Context, tx TX, us []StepUpdate, ts []Transition, after []int) (steps []Step, stepsApplied []bool, execs []Execution, execsApplied []bool, err error)
+}
+
+// CheckSettle checks SettleStepsTx's arguments, for the stores that
+// implement it: each transition follows one of the step updates, of its
+// own application.
+func CheckSettle(us []StepUpdate, ts []Transition, after []int) error {
+	if len(after) != len(ts) {
+		return fmt.Errorf("settle: %d transitions and %d steps they follow", len(ts), len(after))
+	}
+	for j, i := range after {
+		if i < 0 || i >= len(us) || us[i].App != ts[j].App {
+			return fmt.Errorf("settle: transition %d follows no step update of its application", j)
+		}
+	}
+	return nil
 }
 
 // StepClaimReader is implemented by stores that read the executions and

@@ -568,8 +568,8 @@ func (x *Executions) TransitionsTx(ctx context.Context, tx *Tx, ts []store.Trans
 // PostgreSQL's pipeline does, so that the engine's use of it is tested on
 // the model too.
 func (x *Executions) SettleStepsTx(ctx context.Context, tx *Tx, us []store.StepUpdate, ts []store.Transition, after []int) ([]store.Step, []bool, []store.Execution, []bool, error) {
-	if len(after) != len(ts) {
-		return nil, nil, nil, nil, fmt.Errorf("memstore: settle: %d transitions and %d steps they follow", len(ts), len(after))
+	if err := store.CheckSettle(us, ts, after); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("memstore: %w", err)
 	}
 	steps, stepsApplied, err := x.UpdateStepsTx(ctx, tx, us)
 	if err != nil {
@@ -577,9 +577,6 @@ func (x *Executions) SettleStepsTx(ctx context.Context, tx *Tx, us []store.StepU
 	}
 	execs, moved := make([]store.Execution, len(ts)), make([]bool, len(ts))
 	for j, t := range ts {
-		if i := after[j]; i < 0 || i >= len(us) || us[i].App != t.App {
-			return nil, nil, nil, nil, fmt.Errorf("memstore: settle: transition %d follows no step update of its application", j)
-		}
 		if !stepsApplied[after[j]] {
 			if execs[j], err = x.GetExecutionTx(ctx, tx, t.App, t.ID); err != nil {
 				return nil, nil, nil, nil, err

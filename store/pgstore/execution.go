@@ -220,20 +220,8 @@ func (s *Store) TransitionTx(ctx context.Context, tx pgx.Tx, t store.Transition)
 // pipeline (pgx batch), then, for those that did not apply, the reads that
 // say why, in another.
 func (s *Store) TransitionsTx(ctx context.Context, tx pgx.Tx, ts []store.Transition) ([]store.Execution, []bool, error) {
-	w, execs, err := transitions(ts)
-	if err != nil {
-		return nil, nil, err
-	}
-	applied, err := w.run(ctx, tx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return execs, applied, nil
-}
-
-// transitions are the conditional writes of ts, whose rows land in execs.
-func transitions(ts []store.Transition) (conditionalWrites, []store.Execution, error) {
-	return guardedTransitions(ts, nil)
+	w, execs, err := transitions(ts, nil)
+	return runAll(ctx, tx, w, execs, err)
 }
 
 // executionTransitionSettledSQL is execution_transition.sql applying only
@@ -256,10 +244,10 @@ func mustReplace(s, old, new string) string {
 	return strings.Replace(s, old, new, 1)
 }
 
-// guardedTransitions are transitions' writes, each applying only once the
-// step update guard(i) names applied (executionTransitionSettledSQL); with
-// a nil guard, as transitions.
-func guardedTransitions(ts []store.Transition, guard func(i int) store.StepUpdate) (conditionalWrites, []store.Execution, error) {
+// transitions are the conditional writes of ts, whose rows land in execs;
+// with a guard, each applies only once the step update guard(i) names
+// applied (executionTransitionSettledSQL).
+func transitions(ts []store.Transition, guard func(i int) store.StepUpdate) (conditionalWrites, []store.Execution, error) {
 	for _, t := range ts {
 		if err := checkText(map[string]string{"app": t.App, "execution id": t.ID, "error": t.Error, "event type": t.Event.Type}); err != nil {
 			return conditionalWrites{}, nil, execError("transition", t.App, t.ID, err)
@@ -299,6 +287,19 @@ type conditionalWrites struct {
 	write, read func(b *pgx.Batch, i int)
 	scan        func(row pgx.Row, i int) error
 	fail        func(i int, err error) error
+}
+
+// runAll runs w (built with err) and returns rows, which its scans filled,
+// and which of its writes applied.
+func runAll[T any](ctx context.Context, tx pgx.Tx, w conditionalWrites, rows []T, err error) ([]T, []bool, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	applied, err := w.run(ctx, tx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rows, applied, nil
 }
 
 // then is w followed by next: the writes of both, in one pipeline when run.

@@ -213,14 +213,7 @@ func (s *Store) UpdateStepTx(ctx context.Context, tx pgx.Tx, u store.StepUpdate)
 // in another.
 func (s *Store) UpdateStepsTx(ctx context.Context, tx pgx.Tx, us []store.StepUpdate) ([]store.Step, []bool, error) {
 	w, steps, err := stepUpdates(us)
-	if err != nil {
-		return nil, nil, err
-	}
-	applied, err := w.run(ctx, tx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return steps, applied, nil
+	return runAll(ctx, tx, w, steps, err)
 }
 
 // stepUpdates are the conditional writes of us, whose rows land in steps.
@@ -254,19 +247,14 @@ func stepUpdates(us []store.StepUpdate) (conditionalWrites, []store.Step, error)
 // (executionTransitionSettledSQL), and the reads of those that did not
 // apply in another.
 func (s *Store) SettleStepsTx(ctx context.Context, tx pgx.Tx, us []store.StepUpdate, ts []store.Transition, after []int) ([]store.Step, []bool, []store.Execution, []bool, error) {
-	if len(after) != len(ts) {
-		return nil, nil, nil, nil, fmt.Errorf("idem/pgstore: settle: %d transitions and %d steps they follow", len(ts), len(after))
+	if err := store.CheckSettle(us, ts, after); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("idem/pgstore: %w", err)
 	}
 	uw, steps, err := stepUpdates(us)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	for j, i := range after {
-		if i < 0 || i >= len(us) || us[i].App != ts[j].App {
-			return nil, nil, nil, nil, fmt.Errorf("idem/pgstore: settle: transition %d follows no step update of its application", j)
-		}
-	}
-	tw, execs, err := guardedTransitions(ts, func(j int) store.StepUpdate { return us[after[j]] })
+	tw, execs, err := transitions(ts, func(j int) store.StepUpdate { return us[after[j]] })
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
