@@ -163,6 +163,19 @@ type Config struct {
 	// MaxParked bounds the parked sequences per delta stream (see
 	// order.Config). Defaults to order.DefaultMaxParked (1024).
 	MaxParked int
+	// StreamCache is how many streams' order state the processor
+	// remembers from the transactions it committed, on a store that can
+	// compare and set a stream (store.InboxStreamSetter: PostgreSQL). An
+	// ordered event on a remembered stream, when it is the next in order
+	// (applied, nothing parked, no gap), is decided before its
+	// transaction, and its stream's new state goes out in the statement
+	// that records it: one statement and one row write less than locking
+	// the stream and writing it. The store sets the stream only when it
+	// still holds the remembered state; one another process or the
+	// compensator moved on is locked and decided again, as it is without
+	// the cache. Negative turns it off. Defaults to DefaultStreamCache
+	// (4096).
+	StreamCache int
 	// MaxAttempts is how many times a transient apply failure is tried in
 	// one Process call before the event is dead-lettered. Defaults to 3.
 	MaxAttempts int
@@ -216,6 +229,9 @@ type Processor[TX any] struct {
 	ocfg  *order.Config
 	log   *slog.Logger
 	hooks Hooks
+	// streams remembers the order state of the streams committed last
+	// (Config.StreamCache); nil when off.
+	streams *streamCache
 }
 
 // New returns a Processor over s that applies events with apply.
@@ -227,7 +243,8 @@ func New[TX any](s store.InboxStore[TX], apply ApplyFunc[TX], cfg *Config) (*Pro
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	return &Processor[TX]{s: s, apply: apply, cfg: c, ocfg: &order.Config{MaxParked: c.MaxParked}, log: c.Logger, hooks: c.Hooks}, nil
+	return &Processor[TX]{s: s, apply: apply, cfg: c, ocfg: &order.Config{MaxParked: c.MaxParked}, log: c.Logger, hooks: c.Hooks,
+		streams: streamCacheFor(s, c.StreamCache)}, nil
 }
 
 // validate refuses a Config out of range; nil is all defaults.
@@ -253,6 +270,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.MaxAttempts == 0 {
 		out.MaxAttempts = DefaultMaxAttempts
+	}
+	if out.StreamCache == 0 {
+		out.StreamCache = DefaultStreamCache
 	}
 	if out.Backoff == 0 {
 		out.Backoff = DefaultBackoff
@@ -348,6 +368,10 @@ type try struct {
 	// first: when recording first shows the event is new, it is that
 	// attempt's outcome, and apply does not run a second time for it.
 	applyErr error
+	// known is the stream's state as this attempt leaves it, read or
+	// written under the stream's lock: once the attempt commits, the
+	// processor remembers it (Config.StreamCache).
+	known *knownStream
 }
 
 // errRecordFirst is an apply that failed in an attempt that applied
@@ -385,7 +409,7 @@ func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64)
 func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(ctx context.Context, tx TX, t *try) (Result, error)) (Result, error) {
 	t := &try{doomed: map[store.EventKey]doom{}}
 	for n := 1; ; n++ {
-		t.n, t.last = n, n >= p.cfg.MaxAttempts
+		t.n, t.last, t.known = n, n >= p.cfg.MaxAttempts, nil
 		var res Result
 		err := p.s.InTx(ctx, func(ctx context.Context, tx TX) error {
 			var err error
@@ -394,6 +418,9 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 		})
 		if err == nil {
 			res.Attempts = n
+			if t.known != nil {
+				p.streams.put(t.known)
+			}
 			p.hooks.committed(res)
 			return res, nil
 		}
@@ -476,6 +503,23 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 			return Result{Outcome: OutcomeProcessed}, nil
 		}
 	}
+	if p.streams != nil && mode != 0 && prior == nil && len(t.doomed) == 0 {
+		if ks, ok := p.streams.get(sk); ok {
+			if d, err := order.Decide(mode, ks.state, p.incoming(ev, now), p.ocfg); err == nil && inOrder(d) {
+				res, done, err := p.setStreamTx(ctx, tx, ev, t, mode, sk, ks, d, now)
+				if done || err != nil {
+					return res, err
+				}
+				// Recorded, and the stream is not as remembered: lock it
+				// and decide on what it holds.
+				raw, err := p.s.LockStreamTx(ctx, tx, sk)
+				if err != nil {
+					return Result{}, err
+				}
+				return p.orderedTx(ctx, tx, ev, t, prior, now, mode, sk, raw)
+			}
+		}
+	}
 	var status store.EventStatus
 	var inserted bool
 	var raw []byte
@@ -491,11 +535,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		return Result{}, err
 	}
 	if !inserted {
-		r := Result{Outcome: OutcomeDuplicate}
-		if status == store.EventDead {
-			r.Reason = "the event was dead-lettered earlier"
-		}
-		return r, nil
+		return duplicateOf(status), nil
 	}
 	if mode == 0 {
 		if err := t.applyErr; err != nil {
@@ -516,18 +556,88 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 			return Result{}, err
 		}
 	}
+	return p.orderedTx(ctx, tx, ev, t, prior, now, mode, sk, raw)
+}
+
+// duplicateOf is the result of an event whose inbox row was there, with
+// status.
+func duplicateOf(status store.EventStatus) Result {
+	r := Result{Outcome: OutcomeDuplicate}
+	if status == store.EventDead {
+		r.Reason = "the event was dead-lettered earlier"
+	}
+	return r
+}
+
+// incoming is ev as package order sees it, received at now.
+func (p *Processor[TX]) incoming(ev event.Event, now time.Time) order.Incoming {
+	exec := ev.ExecutionID
+	if exec == "" {
+		exec = "-"
+	}
+	return order.Incoming{Execution: exec, ExecutionSeq: p.cfg.ExecutionRank(ev), Sequence: ev.Sequence, At: now}
+}
+
+// inOrder reports whether d applies its event alone and in order: no
+// newer execution, no gap, nothing parked or released, before or after.
+// Such a decision changes the stream's state and nothing else of it, which
+// setStreamTx can store with the event's record.
+func inOrder(d order.Decision) bool {
+	return d.Action == order.ActionApply && !d.Reset && d.Gap == nil && len(d.Released) == 0 &&
+		len(d.Next.Parked) == 0 && len(d.Next.Gaps) == 0
+}
+
+// setStreamTx records ev and, in the same statement, stores d.Next as its
+// stream's state if the stream still holds ks, the state this processor
+// committed it with last (store.InboxStreamSetter); d is ev's decision on
+// ks, in order (inOrder). Then it applies ev. done is false, with nothing
+// applied, when ev was recorded but the stream holds another state: the
+// caller locks it and decides again.
+func (p *Processor[TX]) setStreamTx(ctx context.Context, tx TX, ev event.Event, t *try, mode order.Mode, sk store.StreamKey, ks *knownStream, d order.Decision, now time.Time) (res Result, done bool, err error) {
+	next, err := json.Marshal(d.Next)
+	if err != nil {
+		return Result{}, false, err
+	}
+	key := store.EventKey{Source: ev.Source, ID: ev.ID}
+	setter := p.s.(store.InboxStreamSetter[TX])
+	status, inserted, set, err := setter.RecordEventSetStreamTx(ctx, tx, key, now, sk, ks.raw, next, time.Time{})
+	switch {
+	case err != nil:
+		return Result{}, false, err
+	case !inserted:
+		return duplicateOf(status), true, nil
+	case !set:
+		return Result{}, false, nil
+	}
+	id, reason, err := p.applyOrDead(ctx, tx, ev, t, nil, now)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if id != 0 {
+		// Dead-lettered (only an event doomed earlier in this call is,
+		// and those take the locking path): the stream stays as it was.
+		if err := p.s.PutStreamTx(ctx, tx, sk, ks.raw, time.Time{}); err != nil {
+			return Result{}, false, err
+		}
+		t.known = ks
+		return Result{Outcome: OutcomeDeadLettered, DeadLetters: []int64{id}, Reason: reason}, true, nil
+	}
+	t.known = &knownStream{key: sk, raw: next, state: d.Next}
+	return Result{Outcome: OutcomeProcessed, Applied: []int64{ev.Sequence}, mode: mode}, true, nil
+}
+
+// orderedTx decides a recorded ordered event on its stream, whose state
+// raw (nil for a new stream) was read under the stream's lock, and carries
+// the decision out.
+func (p *Processor[TX]) orderedTx(ctx context.Context, tx TX, ev event.Event, t *try, prior *store.DeadLetter, now time.Time, mode order.Mode, sk store.StreamKey, raw []byte) (Result, error) {
 	var s order.Stream
 	if raw != nil {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return Result{}, fmt.Errorf("%w: stream %v: %w", store.ErrCorrupt, sk, err)
 		}
+		t.known = &knownStream{key: sk, raw: raw, state: s}
 	}
-	exec := ev.ExecutionID
-	if exec == "" {
-		exec = "-"
-	}
-	in := order.Incoming{Execution: exec, ExecutionSeq: p.cfg.ExecutionRank(ev), Sequence: ev.Sequence, At: now}
-	d, err := order.Decide(mode, s, in, p.ocfg)
+	d, err := order.Decide(mode, s, p.incoming(ev, now), p.ocfg)
 	switch {
 	case errors.Is(err, order.ErrParkedLimit):
 		return Result{}, fmt.Errorf("%w: %w", ErrBackpressure, err)
@@ -561,7 +671,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 			return Result{}, err
 		}
 		res.Outcome = OutcomeParked
-		return res, p.commitStream(ctx, tx, sk, mode, s, d, d.Next, now, &res)
+		return res, p.commitStream(ctx, tx, t, sk, mode, s, d, d.Next, now, &res)
 	}
 
 	// Apply: the event first. If it fails for good, nothing of the decision
@@ -584,7 +694,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 	}
 	res.Applied = append([]int64{ev.Sequence}, applied...)
 	res.DeadLetters = dead
-	return res, p.commitStream(ctx, tx, sk, mode, s, d, next, now, &res)
+	return res, p.commitStream(ctx, tx, t, sk, mode, s, d, next, now, &res)
 }
 
 // applyReleased applies the parked events d released, in order, each taken
@@ -696,8 +806,8 @@ func (p *Processor[TX]) dropDiscarded(ctx context.Context, tx TX, sk store.Strea
 }
 
 // commitStream stores the stream after a decision: the new state and the
-// gap log.
-func (p *Processor[TX]) commitStream(ctx context.Context, tx TX, sk store.StreamKey, mode order.Mode, before order.Stream, d order.Decision, next order.Stream, now time.Time, res *Result) error {
+// gap log. t.known becomes the new state.
+func (p *Processor[TX]) commitStream(ctx context.Context, tx TX, t *try, sk store.StreamKey, mode order.Mode, before order.Stream, d order.Decision, next order.Stream, now time.Time, res *Result) error {
 	b, err := json.Marshal(next)
 	if err != nil {
 		return err
@@ -709,6 +819,7 @@ func (p *Processor[TX]) commitStream(ctx context.Context, tx TX, sk store.Stream
 	if err := p.s.PutStreamTx(ctx, tx, sk, b, since); err != nil {
 		return err
 	}
+	t.known = &knownStream{key: sk, raw: b, state: next}
 	// Gaps this decision opened: a snapshot's skipped run, or delta gaps
 	// the stream did not hold before (the event's own, one a halt opened).
 	var opened []order.Gap

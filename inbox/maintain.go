@@ -79,7 +79,7 @@ func (p *Processor[TX]) compensateTx(ctx context.Context, tx TX, sk store.Stream
 		return Result{}, err
 	}
 	res := Result{Outcome: OutcomeProcessed, Applied: applied, DeadLetters: dead, Gap: &g, housekp: true}
-	if err := p.commitStream(ctx, tx, sk, order.ModeDelta, s, d, next, now, &res); err != nil {
+	if err := p.commitStream(ctx, tx, t, sk, order.ModeDelta, s, d, next, now, &res); err != nil {
 		return Result{}, err
 	}
 	p.log.InfoContext(ctx, "inbox: gap compensated", "source", sk.Source, "subject", sk.Subject, "from", g.From, "to", g.To, "released", len(applied))

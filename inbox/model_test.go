@@ -307,9 +307,13 @@ func streamKey(obj string) store.StreamKey {
 // harness is one run: the processor on a fresh memory inbox, its ledger,
 // the model, and the crash points armed for the next call.
 type harness struct {
-	clock  *testclock.Clock
-	in     *memstore.Inbox
-	p      *inbox.Processor[*memstore.Tx]
+	clock *testclock.Clock
+	in    *memstore.Inbox
+	p     *inbox.Processor[*memstore.Tx]
+	// other is a second receiver process on the same inbox: the two take
+	// turns (the step "switch"), so that each one's remembered stream
+	// states (Config.StreamCache) fall behind what the other committed.
+	other  *inbox.Processor[*memstore.Tx]
 	led    *modelLedger
 	m      *model
 	stats  map[string]int
@@ -674,7 +678,11 @@ func checkModel(t *testing.T, modes string) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		h.p = p
+		other, err := inbox.New(h.in, h.apply, cfg)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		h.p, h.other = p, other
 		object := rapid.SampledFrom(m.names)
 
 		rt.Repeat(map[string]func(*rapid.T){
@@ -704,7 +712,11 @@ func checkModel(t *testing.T, modes string) {
 				h.clock.Advance(rapid.SampledFrom([]time.Duration{time.Second, modelDeadline / 2, modelDeadline}).Draw(rt, "advance"))
 			},
 			"compensate": func(rt *rapid.T) { h.compensateStep(rt) },
-			"":           func(rt *rapid.T) { h.check(rt) },
+			"switch": func(rt *rapid.T) {
+				h.p, h.other = h.other, h.p
+				h.stats["switch"]++
+			},
+			"": func(rt *rapid.T) { h.check(rt) },
 		})
 	})
 	keys := slices.Sorted(maps.Keys(stats))

@@ -38,7 +38,10 @@ type streamRow struct {
 	gapSince time.Time
 }
 
-var _ store.InboxStore[*Tx] = (*Inbox)(nil)
+var (
+	_ store.InboxStore[*Tx]        = (*Inbox)(nil)
+	_ store.InboxStreamSetter[*Tx] = (*Inbox)(nil)
+)
 
 // NewInbox returns an empty inbox.
 func NewInbox() *Inbox {
@@ -142,6 +145,19 @@ func (in *Inbox) PutStreamTx(ctx context.Context, tx *Tx, key store.StreamKey, s
 		}
 	})
 	return nil
+}
+
+// RecordEventSetStreamTx implements store.InboxStreamSetter: the record,
+// then the stream's state replaced only when it is expect.
+func (in *Inbox) RecordEventSetStreamTx(ctx context.Context, tx *Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte, gapSince time.Time) (store.EventStatus, bool, bool, error) {
+	status, inserted, err := in.RecordEventTx(ctx, tx, key, at)
+	if err != nil || !inserted {
+		return status, inserted, false, err
+	}
+	if r, ok := in.streams[stream]; !ok || !bytes.Equal(r.state, expect) {
+		return 0, true, false, nil
+	}
+	return 0, true, true, in.PutStreamTx(ctx, tx, stream, next, gapSince)
 }
 
 // ParkTx implements store.InboxStore.

@@ -19,7 +19,12 @@ import (
 // pool. Keys are stored as bytea and times as timestamptz, to the
 // microsecond.
 
-var _ store.InboxStore[pgx.Tx] = (*Store)(nil)
+var (
+	_ store.InboxStore[pgx.Tx]          = (*Store)(nil)
+	_ store.InboxPipeliner[pgx.Tx]      = (*Store)(nil)
+	_ store.InboxCommitRecorder[pgx.Tx] = (*Store)(nil)
+	_ store.InboxStreamSetter[pgx.Tx]   = (*Store)(nil)
+)
 
 // inboxAttempts bounds how often RecordEventTx and LockStreamTx run their
 // statements. They run again only when a row another transaction committed
@@ -112,6 +117,34 @@ func (s *Store) RecordEventLockStreamTx(ctx context.Context, tx pgx.Tx, key stor
 		}
 	}
 	return existing, inserted, state, nil
+}
+
+// RecordEventSetStreamTx implements store.InboxStreamSetter
+// (sql/inbox_record_set_stream.sql): the event's record and the stream's
+// compare and set are one statement. A zero gapSince is stored as NULL, as
+// PutStreamTx does.
+func (s *Store) RecordEventSetStreamTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte, gapSince time.Time) (store.EventStatus, bool, bool, error) {
+	var gap any
+	if !gapSince.IsZero() {
+		gap = gapSince
+	}
+	for range inboxAttempts {
+		var status int16
+		var inserted, set bool
+		err := tx.QueryRow(ctx, inboxRecordSetStreamSQL, bytesOf(key.Source), bytesOf(key.ID), at,
+			bytesOf(stream.Source), bytesOf(stream.Subject), orEmpty(expect), orEmpty(next), gap).Scan(&status, &inserted, &set)
+		if err == nil {
+			if inserted {
+				return 0, true, set, nil
+			}
+			return store.EventStatus(status), false, false, nil
+		}
+		if err = interpretError(err); !errors.Is(err, store.ErrNotFound) {
+			return 0, false, false, fmt.Errorf("idem/pgstore: record event %s, set stream %s: %w", eventName(key), streamName(stream), err)
+		}
+		// The conflicting row was committed after the statement's snapshot.
+	}
+	return 0, false, false, fmt.Errorf("idem/pgstore: record event %s: no answer after %d attempts: the row keeps being deleted and inserted again", eventName(key), inboxAttempts)
 }
 
 // LockStreamTx implements store.InboxStore in one statement

@@ -901,3 +901,132 @@ func TestRecordEventLockStream(t *testing.T) {
 		t.Fatalf("after the first committed, the second read %q, want its state", v)
 	}
 }
+
+// streamState reads the stream's stored state and whether it has a row.
+func streamState(t *testing.T, pool *pgxpool.Pool, sk store.StreamKey) ([]byte, bool) {
+	t.Helper()
+	var state []byte
+	err := pool.QueryRow(context.Background(), `SELECT state FROM idem_streams WHERE source = $1 AND subject = $2`,
+		[]byte(sk.Source), []byte(sk.Subject)).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state, true
+}
+
+// RecordEventSetStreamTx sets the stream only when the event is new and the
+// stream holds exactly the expected state; otherwise the stream is neither
+// written nor locked (another transaction locks it at once).
+func TestRecordEventSetStream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, bundle := setup(t)
+	sk := store.StreamKey{Source: "src", Subject: "order-1"}
+	at := time.Now()
+	set := func(tx pgx.Tx, id, expect, next string) (store.EventStatus, bool, bool, error) {
+		return s.RecordEventSetStreamTx(ctx, tx, store.EventKey{Source: "src", ID: id}, at, sk, []byte(expect), []byte(next), time.Time{})
+	}
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		existing, inserted, isSet, err := set(tx, "e0", `{"v":0}`, `{"v":1}`)
+		if err != nil || !inserted || existing != 0 || isSet {
+			t.Fatalf("a stream without a row: %v %v %v %v; want recorded, not set", existing, inserted, isSet, err)
+		}
+		return nil
+	})
+	if _, ok := streamState(t, bundle.pool, sk); ok {
+		t.Fatal("a stream without a row got one")
+	}
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		return s.PutStreamTx(ctx, tx, sk, []byte(`{"v":1}`), time.Time{})
+	})
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		if _, inserted, isSet, err := set(tx, "e1", `{"v":1}`, `{"v":2}`); err != nil || !inserted || !isSet {
+			t.Fatalf("the expected state: %v %v %v; want recorded and set", inserted, isSet, err)
+		}
+		return nil
+	})
+	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":2}` {
+		t.Fatalf("state %q after a set, want {\"v\":2}", st)
+	}
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		existing, inserted, isSet, err := set(tx, "e1", `{"v":2}`, `{"v":3}`)
+		if err != nil || inserted || existing != store.EventDone || isSet {
+			t.Fatalf("a duplicate: %v %v %v %v; want done, not inserted, not set", existing, inserted, isSet, err)
+		}
+		return nil
+	})
+	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":2}` {
+		t.Fatalf("a duplicate moved the stream to %q", st)
+	}
+
+	// Another state: not set, and not locked.
+	h := holdTx(t, s)
+	t.Cleanup(h.rollback)
+	if _, inserted, isSet, err := set(h.tx, "e2", `{"v":1}`, `{"v":9}`); err != nil || !inserted || isSet {
+		t.Fatalf("a stale expected state: %v %v %v; want recorded, not set", inserted, isSet, err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	if err := s.InTx(lctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := s.LockStreamTx(ctx, tx, sk)
+		return err
+	}); err != nil {
+		t.Fatalf("locking the stream beside a compare that failed: %v", err)
+	}
+	h.rollback()
+	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":2}` {
+		t.Fatalf("a stale compare moved the stream to %q", st)
+	}
+}
+
+// A compare and set waits for a transaction holding the stream's lock and
+// compares with what it left: a stream it moved on is not set, one it
+// left as it was is.
+func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
+	t.Parallel()
+	for _, commit := range []bool{true, false} {
+		t.Run("commit="+strconv.FormatBool(commit), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s, bundle := setup(t)
+			sk := store.StreamKey{Source: "src", Subject: "order-1"}
+			inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+				return s.PutStreamTx(ctx, tx, sk, []byte(`{"v":1}`), time.Time{})
+			})
+			a, b := holdTx(t, s), holdTx(t, s)
+			if _, err := s.LockStreamTx(ctx, a.tx, sk); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.PutStreamTx(ctx, a.tx, sk, []byte(`{"v":2}`), time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.tx.Exec(ctx, "SELECT 1"); err != nil {
+				t.Fatal(err) // sends the queued put ahead of it
+			}
+			got := async(func() (bool, error) {
+				_, _, isSet, err := s.RecordEventSetStreamTx(ctx, b.tx, store.EventKey{Source: "src", ID: "e1"}, start, sk,
+					[]byte(`{"v":1}`), []byte(`{"v":3}`), time.Time{})
+				return isSet, err
+			})
+			t.Cleanup(func() { a.rollback(); <-got.done; b.rollback() })
+			waitBlocked(t, bundle.pool, b.pid, got)
+			if commit {
+				a.commit(t)
+			} else {
+				a.rollback()
+			}
+			isSet, err := receive(t, got)
+			if err != nil || isSet == commit {
+				t.Fatalf("after the holder's %s: set %v, %v; want %v", map[bool]string{true: "commit", false: "rollback"}[commit], isSet, err, !commit)
+			}
+			b.commit(t)
+			want := map[bool]string{true: `{"v":2}`, false: `{"v":3}`}[commit]
+			if st, _ := streamState(t, bundle.pool, sk); string(st) != want {
+				t.Fatalf("state %q, want %s", st, want)
+			}
+		})
+	}
+}

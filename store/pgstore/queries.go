@@ -26,6 +26,8 @@ var (
 
 	//go:embed sql/inbox_record.sql
 	inboxRecordSQL string
+	//go:embed sql/inbox_record_set_stream.sql
+	inboxRecordSetStreamSQL string
 	//go:embed sql/inbox_insert.sql
 	inboxInsertSQL string
 	//go:embed sql/stream_lock.sql

@@ -1,0 +1,100 @@
+package inbox
+
+import (
+	"container/list"
+	"sync"
+
+	"github.com/idemhq/idem/order"
+	"github.com/idemhq/idem/store"
+)
+
+// DefaultStreamCache is Config.StreamCache's default: how many streams'
+// order state a Processor remembers.
+const DefaultStreamCache = 4096
+
+// knownStream is a stream's state as a transaction of this processor
+// committed it: the stored bytes, and what they decode to.
+type knownStream struct {
+	key   store.StreamKey
+	raw   []byte
+	state order.Stream
+}
+
+// streamCache remembers the order state of the streams this processor
+// committed last, so that the next event on one of them is decided before
+// its transaction and stored with its record (store.InboxStreamSetter). It
+// is a guess, never an authority: the store sets the stream only when it
+// still holds exactly these bytes, so an entry another process or the
+// compensator made stale costs a lock and a second decision, never a wrong
+// one. Least recently used entries go first when it is full. Safe for
+// concurrent use; a nil *streamCache remembers nothing.
+type streamCache struct {
+	max int
+
+	mu    sync.Mutex
+	m     map[store.StreamKey]*list.Element
+	order list.List // front: most recently used
+}
+
+// streamCacheFor returns a cache of max streams for a processor over s, or
+// nil when max is not positive or s cannot compare and set a stream (a
+// cache would never be used).
+func streamCacheFor[TX any](s store.InboxStore[TX], max int) *streamCache {
+	if _, ok := s.(store.InboxStreamSetter[TX]); !ok {
+		return nil
+	}
+	return newStreamCache(max)
+}
+
+func newStreamCache(max int) *streamCache {
+	if max <= 0 {
+		return nil
+	}
+	return &streamCache{max: max, m: map[store.StreamKey]*list.Element{}}
+}
+
+// get returns the state remembered for k.
+func (c *streamCache) get(k store.StreamKey) (*knownStream, bool) {
+	if c == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.m[k]
+	if !ok {
+		return nil, false
+	}
+	c.order.MoveToFront(el)
+	return el.Value.(*knownStream), true
+}
+
+// put remembers ks, the state its stream was committed with. Entries are
+// never modified once put (get hands them out), only replaced.
+func (c *streamCache) put(ks *knownStream) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[ks.key]; ok {
+		el.Value = ks
+		c.order.MoveToFront(el)
+		return
+	}
+	c.m[ks.key] = c.order.PushFront(ks)
+	for c.order.Len() > c.max {
+		old := c.order.Back()
+		c.order.Remove(old)
+		delete(c.m, old.Value.(*knownStream).key)
+	}
+}
+
+// len is how many streams are remembered (for tests).
+func (c *streamCache) len() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order.Len()
+}
