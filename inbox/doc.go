@@ -21,6 +21,15 @@
 // sender redelivers and it runs), a crash after it leaves the row (the
 // redelivery is an OutcomeDuplicate).
 //
+// On a store that can compare and set a stream (store.InboxStreamSetter:
+// PostgreSQL), steps 1, 2 and 4 are one statement for an event that is the
+// next in order on a stream whose state the Processor committed last
+// (Config.StreamCache): it decides on the state it remembers, and the store
+// records the event and stores the new state only if the stream still holds
+// the remembered one, which takes the stream's lock as step 2 would. When
+// the stream moved on (another process, the compensator), the event is
+// recorded and the Processor locks the stream and decides again, as above.
+//
 // # Failures
 //
 //   - ApplyFunc returns an error wrapped by Invalid: the transaction rolls

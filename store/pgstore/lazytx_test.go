@@ -210,6 +210,19 @@ func TestTransactionRoundTrips(t *testing.T) {
 				return s.PutStreamTx(ctx, tx, stream, []byte("{}"), time.Time{})
 			})
 		}},
+		{"an ordered event on a remembered stream: record and set in one statement, the business write, the commit", 3, func() error {
+			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				key := store.EventKey{Source: "src", ID: time.Now().String()}
+				_, inserted, set, err := s.RecordEventSetStreamTx(ctx, tx, key, time.Now(), stream, []byte("{}"), []byte("{}"), time.Time{})
+				if err == nil && (!inserted || !set) {
+					err = fmt.Errorf("inserted %v, set %v", inserted, set)
+				}
+				if err != nil {
+					return err
+				}
+				return write(ctx, tx)
+			})
+		}},
 		{"an ordered event on a new stream: the stream's placeholder goes with the lock", 3, func() error {
 			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				n++
