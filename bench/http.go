@@ -213,7 +213,7 @@ func runHTTP(ctx context.Context, e *env, opts options, row string, replay bool)
 		}
 		for _, n := range opts.clients {
 			opts.logger.Info("measuring", "row", row, "peer", s.name, "clients", n)
-			r, err := measureHTTP(ctx, s, url, h, n, opts.duration, replay)
+			r, err := measureHTTP(ctx, s, url, h, n, opts.warmup, opts.duration, replay)
 			if err != nil {
 				stop()
 				return nil, fmt.Errorf("%s, %d clients: %w", s.name, n, err)
@@ -225,8 +225,9 @@ func runHTTP(ctx context.Context, e *env, opts options, row string, replay bool)
 	return out, nil
 }
 
-// measureHTTP drives n keep-alive clients against url for d.
-func measureHTTP(ctx context.Context, s httpSetup, url string, h *charges, n int, d time.Duration, replay bool) (result, error) {
+// measureHTTP drives n keep-alive clients against url for warmup, then for
+// d measured.
+func measureHTTP(ctx context.Context, s httpSetup, url string, h *charges, n int, warmup, d time.Duration, replay bool) (result, error) {
 	client := newClient(n)
 	defer client.CloseIdleConnections()
 	ks := newKeys()
@@ -238,7 +239,7 @@ func measureHTTP(ctx context.Context, s httpSetup, url string, h *charges, n int
 		}
 	}
 	before := h.runs.Load()
-	r, err := drive(ctx, n, d, func(ctx context.Context, c int) error {
+	r, err := measure(ctx, n, warmup, d, func(ctx context.Context, c int) error {
 		k := own[c]
 		if !replay {
 			k = ks.next()

@@ -56,6 +56,17 @@ func drive(ctx context.Context, clients int, d time.Duration, op func(ctx contex
 	return summarize(slices.Concat(lat...), elapsed), nil
 }
 
+// measure runs op as drive does, for warmup unmeasured (when positive),
+// then for d.
+func measure(ctx context.Context, clients int, warmup, d time.Duration, op func(ctx context.Context, client int) error) (result, error) {
+	if warmup > 0 {
+		if _, err := drive(ctx, clients, warmup, op); err != nil {
+			return result{}, fmt.Errorf("warming up: %w", err)
+		}
+	}
+	return drive(ctx, clients, d, op)
+}
+
 // summarize counts latencies and takes their 50th and 99th percentiles.
 func summarize(lat []time.Duration, elapsed time.Duration) result {
 	r := result{ops: int64(len(lat)), elapsed: elapsed}

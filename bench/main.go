@@ -45,14 +45,19 @@ func main() {
 type options struct {
 	clients  []int
 	duration time.Duration
-	rows     *regexp.Regexp
-	logger   *slog.Logger
+	// warmup is how long a stateless row (HTTP, stores) runs, unmeasured,
+	// before each measurement: pools, prepared statements and caches are
+	// warm on every side alike.
+	warmup time.Duration
+	rows   *regexp.Regexp
+	logger *slog.Logger
 }
 
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	clients := fs.String("clients", "16,64", "concurrent clients, comma-separated: every row runs once per value")
 	duration := fs.Duration("duration", 3*time.Second, "how long each row runs")
+	warmup := fs.Duration("warmup", time.Second, "how long the HTTP and store rows run, unmeasured, before each measurement (0: none)")
 	rows := fs.String("rows", "", "run only the row groups whose name matches this regexp (http-replay, http-new, executions, stores)")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (clients and servers) to this file")
@@ -70,7 +75,7 @@ func run(args []string, stdout io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	opts := options{duration: *duration, logger: slog.New(slog.DiscardHandler)}
+	opts := options{duration: *duration, warmup: *warmup, logger: slog.New(slog.DiscardHandler)}
 	if *verbose {
 		opts.logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -83,6 +88,9 @@ func run(args []string, stdout io.Writer) error {
 	}
 	if opts.duration <= 0 {
 		return errors.New("-duration must be positive")
+	}
+	if opts.warmup < 0 {
+		return errors.New("-warmup must not be negative")
 	}
 	var err error
 	if opts.rows, err = regexp.Compile(*rows); err != nil {
@@ -156,8 +164,8 @@ type line struct {
 // printTable writes lines as one markdown table. The ratio column is idem's
 // throughput divided by the peer's, at the same row and client count.
 func printTable(w io.Writer, opts options, lines []line) {
-	fmt.Fprintf(w, "Each row ran %s at each client count, in one process with its clients (%s, %d CPUs).\n\n",
-		opts.duration, runtime.Version(), runtime.NumCPU())
+	fmt.Fprintf(w, "Each row ran %s at each client count (the HTTP and store rows after %s unmeasured), in one process with its clients (%s, %d CPUs).\n\n",
+		opts.duration, opts.warmup, runtime.Version(), runtime.NumCPU())
 	fmt.Fprintln(w, "| row | peer | clients | throughput | p50 | p99 | idem/peer | guarantees (observed in this run) |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---|")
 	// Rows in the order they first appear, each by client count; the

@@ -357,7 +357,7 @@ func runStore(ctx context.Context, e *env, opts options, row string, s storeSetu
 	var out []line
 	for _, n := range opts.clients {
 		opts.logger.Info("measuring", "row", row, "peer", s.name, "clients", n)
-		r, err := drive(ctx, n, opts.duration, func(ctx context.Context, _ int) error {
+		r, err := measure(ctx, n, opts.warmup, opts.duration, func(ctx context.Context, _ int) error {
 			return c.claimComplete(ctx, ks.next())
 		})
 		if err != nil {
