@@ -28,7 +28,9 @@
 // records the event and stores the new state only if the stream still holds
 // the remembered one, which takes the stream's lock as step 2 would. When
 // the stream moved on (another process, the compensator), the event is
-// recorded and the Processor locks the stream and decides again, as above.
+// recorded, the stream locked next, and the Processor decides again on what
+// it holds, as above; it then decides that stream's next events under the
+// lock for a while before it guesses again.
 //
 // # Failures
 //

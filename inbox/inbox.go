@@ -165,16 +165,19 @@ type Config struct {
 	MaxParked int
 	// StreamCache is how many streams' order state the processor
 	// remembers from the transactions it committed, on a store that can
-	// compare and set a stream (store.InboxStreamSetter: PostgreSQL). An
-	// ordered event on a remembered stream, when it is the next in order
-	// (applied, nothing parked, no gap), is decided before its
-	// transaction, and its stream's new state goes out in the statement
+	// compare and set a stream (store.InboxStreamSetter: PostgreSQL, and
+	// memstore). An ordered event on a remembered stream, when it is the
+	// next in order (applied, nothing parked, no gap), is decided before
+	// its transaction, and its stream's new state goes out in the statement
 	// that records it: one statement and one row write less than locking
 	// the stream and writing it. The store sets the stream only when it
 	// still holds the remembered state; one another process or the
-	// compensator moved on is locked and decided again, as it is without
-	// the cache. Negative turns it off. Defaults to DefaultStreamCache
-	// (4096).
+	// compensator moved on is locked next, and the event decided again on
+	// what it holds: a round trip more than without the cache, after which
+	// the processor decides that stream's next 8 events under its lock
+	// before it guesses again, so that a stream whose events alternate
+	// between processes costs about what it does without the cache.
+	// Negative turns it off. Defaults to DefaultStreamCache (4096).
 	StreamCache int
 	// MaxAttempts is how many times a transient apply failure is tried in
 	// one Process call before the event is dead-lettered. Defaults to 3.
@@ -370,8 +373,12 @@ type try struct {
 	applyErr error
 	// known is the stream's state as this attempt leaves it, read or
 	// written under the stream's lock: once the attempt commits, the
-	// processor remembers it (Config.StreamCache).
-	known *knownStream
+	// processor remembers it (Config.StreamCache). prev is what the
+	// processor remembered of the stream when the attempt began; missed
+	// is set when the attempt guessed the stream's state and the store
+	// found it moved on.
+	known, prev *knownStream
+	missed      bool
 }
 
 // errRecordFirst is an apply that failed in an attempt that applied
@@ -409,7 +416,8 @@ func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64)
 func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(ctx context.Context, tx TX, t *try) (Result, error)) (Result, error) {
 	t := &try{doomed: map[store.EventKey]doom{}}
 	for n := 1; ; n++ {
-		t.n, t.last, t.known = n, n >= p.cfg.MaxAttempts, nil
+		t.n, t.last = n, n >= p.cfg.MaxAttempts
+		t.known, t.prev, t.missed = nil, nil, false
 		var res Result
 		err := p.s.InTx(ctx, func(ctx context.Context, tx TX) error {
 			var err error
@@ -419,7 +427,7 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 		if err == nil {
 			res.Attempts = n
 			if t.known != nil {
-				p.streams.put(t.known)
+				p.streams.put(t.known.after(t.prev, t.missed))
 			}
 			p.hooks.committed(res)
 			return res, nil
@@ -503,21 +511,16 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 			return Result{Outcome: OutcomeProcessed}, nil
 		}
 	}
-	if p.streams != nil && mode != 0 && prior == nil && len(t.doomed) == 0 {
-		if ks, ok := p.streams.get(sk); ok {
-			if d, err := order.Decide(mode, ks.state, p.incoming(ev, now), p.ocfg); err == nil && inOrder(d) {
-				res, done, err := p.setStreamTx(ctx, tx, ev, t, mode, sk, ks, d, now)
-				if done || err != nil {
-					return res, err
-				}
-				// Recorded, and the stream is not as remembered: lock it
-				// and decide on what it holds.
-				raw, err := p.s.LockStreamTx(ctx, tx, sk)
-				if err != nil {
-					return Result{}, err
-				}
-				return p.orderedTx(ctx, tx, ev, t, prior, now, mode, sk, raw)
-			}
+	var in order.Incoming
+	if mode != 0 {
+		in = p.incoming(ev, now)
+	}
+	if mode != 0 {
+		t.prev, _ = p.streams.get(sk)
+	}
+	if ks := t.prev; ks != nil && ks.skip == 0 && prior == nil && len(t.doomed) == 0 {
+		if d, err := order.Decide(mode, ks.state, in, p.ocfg); err == nil && inOrder(d) {
+			return p.setStreamTx(ctx, tx, ev, t, mode, sk, ks, d, in, now)
 		}
 	}
 	var status store.EventStatus
@@ -556,7 +559,7 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 			return Result{}, err
 		}
 	}
-	return p.orderedTx(ctx, tx, ev, t, prior, now, mode, sk, raw)
+	return p.orderedTx(ctx, tx, ev, t, prior, now, mode, sk, in, raw)
 }
 
 // duplicateOf is the result of an event whose inbox row was there, with
@@ -579,57 +582,50 @@ func (p *Processor[TX]) incoming(ev event.Event, now time.Time) order.Incoming {
 }
 
 // inOrder reports whether d applies its event alone and in order: no
-// newer execution, no gap, nothing parked or released, before or after.
+// newer execution, no gap, nothing released, nothing parked after it (so
+// nothing before it either, and no open gap: order.Stream's invariants).
 // Such a decision changes the stream's state and nothing else of it, which
 // setStreamTx can store with the event's record.
 func inOrder(d order.Decision) bool {
-	return d.Action == order.ActionApply && !d.Reset && d.Gap == nil && len(d.Released) == 0 &&
-		len(d.Next.Parked) == 0 && len(d.Next.Gaps) == 0
+	return d.Action == order.ActionApply && !d.Reset && d.Gap == nil && len(d.Released) == 0 && len(d.Next.Parked) == 0
 }
 
 // setStreamTx records ev and, in the same statement, stores d.Next as its
 // stream's state if the stream still holds ks, the state this processor
 // committed it with last (store.InboxStreamSetter); d is ev's decision on
-// ks, in order (inOrder). Then it applies ev. done is false, with nothing
-// applied, when ev was recorded but the stream holds another state: the
-// caller locks it and decides again.
-func (p *Processor[TX]) setStreamTx(ctx context.Context, tx TX, ev event.Event, t *try, mode order.Mode, sk store.StreamKey, ks *knownStream, d order.Decision, now time.Time) (res Result, done bool, err error) {
+// ks, in order (inOrder), and in the incoming event it was made on. Then it
+// applies ev. When ev was recorded but the stream holds another state, the
+// store locked it and returned that state, and ev is decided again on it
+// (orderedTx). Nothing is doomed in this call (the caller checks): an apply
+// that fails rolls the transaction back, and retry runs the attempt again.
+func (p *Processor[TX]) setStreamTx(ctx context.Context, tx TX, ev event.Event, t *try, mode order.Mode, sk store.StreamKey, ks *knownStream, d order.Decision, in order.Incoming, now time.Time) (Result, error) {
 	next, err := json.Marshal(d.Next)
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, err
 	}
 	key := store.EventKey{Source: ev.Source, ID: ev.ID}
 	setter := p.s.(store.InboxStreamSetter[TX])
-	status, inserted, set, err := setter.RecordEventSetStreamTx(ctx, tx, key, now, sk, ks.raw, next, time.Time{})
+	status, inserted, set, raw, err := setter.RecordEventSetStreamTx(ctx, tx, key, now, sk, ks.raw, next, time.Time{})
 	switch {
 	case err != nil:
-		return Result{}, false, err
+		return Result{}, err
 	case !inserted:
-		return duplicateOf(status), true, nil
+		return duplicateOf(status), nil
 	case !set:
-		return Result{}, false, nil
+		t.missed = true
+		return p.orderedTx(ctx, tx, ev, t, nil, now, mode, sk, in, raw)
 	}
-	id, reason, err := p.applyOrDead(ctx, tx, ev, t, nil, now)
-	if err != nil {
-		return Result{}, false, err
-	}
-	if id != 0 {
-		// Dead-lettered (only an event doomed earlier in this call is,
-		// and those take the locking path): the stream stays as it was.
-		if err := p.s.PutStreamTx(ctx, tx, sk, ks.raw, time.Time{}); err != nil {
-			return Result{}, false, err
-		}
-		t.known = ks
-		return Result{Outcome: OutcomeDeadLettered, DeadLetters: []int64{id}, Reason: reason}, true, nil
+	if err := p.applyOnce(ctx, tx, ev, t); err != nil {
+		return Result{}, err
 	}
 	t.known = &knownStream{key: sk, raw: next, state: d.Next}
-	return Result{Outcome: OutcomeProcessed, Applied: []int64{ev.Sequence}, mode: mode}, true, nil
+	return Result{Outcome: OutcomeProcessed, Applied: []int64{ev.Sequence}, mode: mode}, nil
 }
 
-// orderedTx decides a recorded ordered event on its stream, whose state
-// raw (nil for a new stream) was read under the stream's lock, and carries
-// the decision out.
-func (p *Processor[TX]) orderedTx(ctx context.Context, tx TX, ev event.Event, t *try, prior *store.DeadLetter, now time.Time, mode order.Mode, sk store.StreamKey, raw []byte) (Result, error) {
+// orderedTx decides a recorded ordered event, in, on its stream, whose
+// state raw (nil for a new stream) was read under the stream's lock, and
+// carries the decision out.
+func (p *Processor[TX]) orderedTx(ctx context.Context, tx TX, ev event.Event, t *try, prior *store.DeadLetter, now time.Time, mode order.Mode, sk store.StreamKey, in order.Incoming, raw []byte) (Result, error) {
 	var s order.Stream
 	if raw != nil {
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -637,7 +633,7 @@ func (p *Processor[TX]) orderedTx(ctx context.Context, tx TX, ev event.Event, t 
 		}
 		t.known = &knownStream{key: sk, raw: raw, state: s}
 	}
-	d, err := order.Decide(mode, s, p.incoming(ev, now), p.ocfg)
+	d, err := order.Decide(mode, s, in, p.ocfg)
 	switch {
 	case errors.Is(err, order.ErrParkedLimit):
 		return Result{}, fmt.Errorf("%w: %w", ErrBackpressure, err)
@@ -741,6 +737,15 @@ func (p *Processor[TX]) applyOrDead(ctx context.Context, tx TX, ev event.Event, 
 		id, err := p.deadLetter(ctx, tx, ev, dm.reason, dm.attempts, prior, now)
 		return id, dm.reason, err
 	}
+	return 0, "", p.applyOnce(ctx, tx, ev, t)
+}
+
+// applyOnce applies ev in tx. When apply fails it returns errDoomed (an
+// error wrapped by Invalid, or any error on the last attempt) or
+// errTransient (or the context's error): either way the transaction rolls
+// back, and retry runs it again.
+func (p *Processor[TX]) applyOnce(ctx context.Context, tx TX, ev event.Event, t *try) error {
+	key := store.EventKey{Source: ev.Source, ID: ev.ID}
 	err := func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -750,18 +755,18 @@ func (p *Processor[TX]) applyOrDead(ctx context.Context, tx TX, ev event.Event, 
 		return p.apply(ctx, tx, ev)
 	}()
 	if err == nil {
-		return 0, "", nil
+		return nil
 	}
 	if ctx.Err() != nil {
-		return 0, "", ctx.Err() // not the event's fault
+		return ctx.Err() // not the event's fault
 	}
 	switch {
 	case errors.Is(err, ErrInvalid):
-		return 0, "", errDoomed{key, doom{reason: err.Error(), attempts: t.n}}
+		return errDoomed{key, doom{reason: err.Error(), attempts: t.n}}
 	case t.last:
-		return 0, "", errDoomed{key, doom{reason: fmt.Sprintf("failed %d times, last: %v", t.n, err), attempts: t.n}}
+		return errDoomed{key, doom{reason: fmt.Sprintf("failed %d times, last: %v", t.n, err), attempts: t.n}}
 	}
-	return 0, "", errTransient{err}
+	return errTransient{err}
 }
 
 // deadLetter stores ev as a dead letter in tx (its inbox row becomes dead).

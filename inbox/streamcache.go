@@ -18,6 +18,29 @@ type knownStream struct {
 	key   store.StreamKey
 	raw   []byte
 	state order.Stream
+	// skip is how many more events of the stream to decide under its lock
+	// before guessing its state again: a guess that missed (the stream had
+	// moved on) costs a round trip, and a stream whose events go to other
+	// processors too would miss again and again.
+	skip int
+}
+
+// missSkip is knownStream.skip after a guess that missed: one event in
+// missSkip+1 risks the round trip, so that a stream whose events alternate
+// between processors costs about what it costs without the cache.
+const missSkip = 8
+
+// after returns the entry to remember after a commit that left the stream
+// as ks says: missed reports a guess of this attempt that missed; prev is
+// the entry it found, if any.
+func (ks *knownStream) after(prev *knownStream, missed bool) *knownStream {
+	switch {
+	case missed:
+		ks.skip = missSkip
+	case prev != nil && prev.skip > 0:
+		ks.skip = prev.skip - 1
+	}
+	return ks
 }
 
 // streamCache remembers the order state of the streams this processor

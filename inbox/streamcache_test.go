@@ -2,11 +2,13 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -108,7 +110,30 @@ func TestStreamCacheTwoProcessors(t *testing.T) {
 			}
 		})
 	}
+	// One stream, every event sent by both processors at once (the same
+	// event, so one of them records it): their transactions on the stream
+	// race, each through its own remembered state or the stream's lock.
+	const raced = 60
+	for _, p := range []*inbox.Processor[pgx.Tx]{a, b} {
+		wg.Go(func() {
+			for seq := int64(1); seq <= raced; seq++ {
+				res, err := p.Process(ctx, ev("raced", fmt.Sprintf("raced-%d", seq), seq))
+				if err != nil || (res.Outcome != inbox.OutcomeProcessed && res.Outcome != inbox.OutcomeDuplicate) {
+					t.Errorf("raced seq %d: %+v %v, want processed or duplicate", seq, res, err)
+					return
+				}
+			}
+		})
+	}
 	wg.Wait()
+	if got := ledger("raced"); len(got) != raced || got[0] != 1 || got[raced-1] != raced {
+		t.Fatalf("raced: effects %v, want 1..%d", got, raced)
+	}
+	for i, seq := range ledger("raced") {
+		if seq != int64(i+1) {
+			t.Fatalf("raced: effects out of order at %d: %v", i, ledger("raced"))
+		}
+	}
 	for i := range streams {
 		subject := fmt.Sprintf("s-%d", i)
 		got := ledger(subject)
@@ -120,5 +145,77 @@ func TestStreamCacheTwoProcessors(t *testing.T) {
 				t.Fatalf("%s: effects %v, want 1..%d once each, in order", subject, got, events)
 			}
 		}
+	}
+}
+
+// TestStreamCacheFailingApply runs, on a stream the processor remembers, an
+// event whose apply fails once (retried, then applied) and one whose apply
+// is invalid (dead-lettered, the stream left where it was, so that the
+// event sent again, fixed, applies in its place).
+func TestStreamCacheFailingApply(t *testing.T) {
+	ctx := context.Background()
+	pool := testdb.Postgres(t)
+	if _, err := pgstore.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE ledger (n bigserial PRIMARY KEY, seq bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	fails := map[string]int{"flaky": 1}
+	apply := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger (seq) VALUES ($1)`, ev.Sequence); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case ev.ID == "bad":
+			return inbox.Invalid(errors.New("no such order"))
+		case fails[ev.ID] > 0:
+			fails[ev.ID]--
+			return errors.New("the database blinked")
+		}
+		return nil
+	}
+	p, err := inbox.New(s, apply, &inbox.Config{Mode: order.ModeDelta, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(id string, seq int64) event.Event {
+		return event.Event{Source: "https://shop.example/orders", ID: id, Type: "order.paid", Subject: "o-1",
+			Sequence: seq, Data: []byte(`{}`), DataContentType: "application/json"}
+	}
+	for _, c := range []struct {
+		id       string
+		seq      int64
+		want     inbox.Outcome
+		attempts int
+	}{
+		{"e1", 1, inbox.OutcomeProcessed, 1},
+		{"flaky", 2, inbox.OutcomeProcessed, 2},
+		{"bad", 3, inbox.OutcomeDeadLettered, 1},
+		{"fixed", 3, inbox.OutcomeProcessed, 1},
+		{"e4", 4, inbox.OutcomeProcessed, 1},
+	} {
+		res, err := p.Process(ctx, ev(c.id, c.seq))
+		if err != nil || res.Outcome != c.want || res.Attempts != c.attempts {
+			t.Fatalf("%s (seq %d): %+v %v, want %v in %d attempts", c.id, c.seq, res, err, c.want, c.attempts)
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT seq FROM ledger ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seqs) != "[1 2 3 4]" {
+		t.Fatalf("effects %v, want [1 2 3 4]: the failed applies' writes rolled back", seqs)
 	}
 }

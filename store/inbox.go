@@ -196,18 +196,18 @@ type InboxCommitRecorder[TX any] interface {
 
 // InboxStreamSetter is implemented by stores that can record an event and
 // set its stream's state in one statement when the stream holds the state
-// the caller expects (PostgreSQL). Package inbox uses it for an ordered
-// event whose stream state it read in an earlier event's transaction: the
-// stream is then neither locked nor written on its own, one statement and
-// one row write less per event.
+// the caller expects (PostgreSQL; memstore as the model). Package inbox
+// uses it for an ordered event whose stream state it read in an earlier
+// event's transaction: the stream is then neither locked nor written on
+// its own, one statement and one row write less per event.
 type InboxStreamSetter[TX any] interface {
 	// RecordEventSetStreamTx is RecordEventTx(key, at) and then, only when
-	// that inserted the row and the stream's stored state equals expect
+	// that inserted the row: when the stream's stored state equals expect
 	// byte for byte, PutStreamTx(stream, next, gapSince), which locks the
-	// stream until tx ends: set reports whether it did. When the stream
-	// holds another state (or no row, or a transaction holding its lock
-	// changed it meanwhile) nothing of the stream is written or locked, and
-	// the caller locks it and decides again. A duplicate (inserted false)
-	// leaves the stream alone.
-	RecordEventSetStreamTx(ctx context.Context, tx TX, key EventKey, at time.Time, stream StreamKey, expect, next []byte, gapSince time.Time) (existing EventStatus, inserted, set bool, err error)
+	// stream until tx ends (set true); otherwise LockStreamTx(stream), whose
+	// state it returns (set false; a transaction that held the lock and
+	// changed the stream meanwhile was waited for), and the caller decides
+	// again on that state. A duplicate (inserted false) leaves the stream
+	// alone, unlocked.
+	RecordEventSetStreamTx(ctx context.Context, tx TX, key EventKey, at time.Time, stream StreamKey, expect, next []byte, gapSince time.Time) (existing EventStatus, inserted, set bool, state []byte, err error)
 }

@@ -148,16 +148,17 @@ func (in *Inbox) PutStreamTx(ctx context.Context, tx *Tx, key store.StreamKey, s
 }
 
 // RecordEventSetStreamTx implements store.InboxStreamSetter: the record,
-// then the stream's state replaced only when it is expect.
-func (in *Inbox) RecordEventSetStreamTx(ctx context.Context, tx *Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte, gapSince time.Time) (store.EventStatus, bool, bool, error) {
+// then the stream's state replaced only when it is expect, else read.
+func (in *Inbox) RecordEventSetStreamTx(ctx context.Context, tx *Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte, gapSince time.Time) (store.EventStatus, bool, bool, []byte, error) {
 	status, inserted, err := in.RecordEventTx(ctx, tx, key, at)
 	if err != nil || !inserted {
-		return status, inserted, false, err
+		return status, inserted, false, nil, err
 	}
 	if r, ok := in.streams[stream]; !ok || !bytes.Equal(r.state, expect) {
-		return 0, true, false, nil
+		state, err := in.LockStreamTx(ctx, tx, stream)
+		return 0, true, false, state, err
 	}
-	return 0, true, true, in.PutStreamTx(ctx, tx, stream, next, gapSince)
+	return 0, true, true, nil, in.PutStreamTx(ctx, tx, stream, next, gapSince)
 }
 
 // ParkTx implements store.InboxStore.

@@ -121,9 +121,10 @@ func (s *Store) RecordEventLockStreamTx(ctx context.Context, tx pgx.Tx, key stor
 
 // RecordEventSetStreamTx implements store.InboxStreamSetter
 // (sql/inbox_record_set_stream.sql): the event's record and the stream's
-// compare and set are one statement. A zero gapSince is stored as NULL, as
-// PutStreamTx does.
-func (s *Store) RecordEventSetStreamTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte, gapSince time.Time) (store.EventStatus, bool, bool, error) {
+// compare and set are one statement; a stream that holds another state is
+// then locked with LockStreamTx, a round trip more. A zero gapSince is
+// stored as NULL, as PutStreamTx does.
+func (s *Store) RecordEventSetStreamTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte, gapSince time.Time) (store.EventStatus, bool, bool, []byte, error) {
 	var gap any
 	if !gapSince.IsZero() {
 		gap = gapSince
@@ -133,18 +134,21 @@ func (s *Store) RecordEventSetStreamTx(ctx context.Context, tx pgx.Tx, key store
 		var inserted, set bool
 		err := tx.QueryRow(ctx, inboxRecordSetStreamSQL, bytesOf(key.Source), bytesOf(key.ID), at,
 			bytesOf(stream.Source), bytesOf(stream.Subject), orEmpty(expect), orEmpty(next), gap).Scan(&status, &inserted, &set)
-		if err == nil {
-			if inserted {
-				return 0, true, set, nil
-			}
-			return store.EventStatus(status), false, false, nil
+		switch {
+		case err == nil && !inserted:
+			return store.EventStatus(status), false, false, nil, nil
+		case err == nil && set:
+			return 0, true, true, nil, nil
+		case err == nil:
+			state, err := s.LockStreamTx(ctx, tx, stream)
+			return 0, true, false, state, err
 		}
 		if err = interpretError(err); !errors.Is(err, store.ErrNotFound) {
-			return 0, false, false, fmt.Errorf("idem/pgstore: record event %s, set stream %s: %w", eventName(key), streamName(stream), err)
+			return 0, false, false, nil, fmt.Errorf("idem/pgstore: record event %s, set stream %s: %w", eventName(key), streamName(stream), err)
 		}
 		// The conflicting row was committed after the statement's snapshot.
 	}
-	return 0, false, false, fmt.Errorf("idem/pgstore: record event %s: no answer after %d attempts: the row keeps being deleted and inserted again", eventName(key), inboxAttempts)
+	return 0, false, false, nil, fmt.Errorf("idem/pgstore: record event %s: no answer after %d attempts: the row keeps being deleted and inserted again", eventName(key), inboxAttempts)
 }
 
 // LockStreamTx implements store.InboxStore in one statement

@@ -918,33 +918,34 @@ func streamState(t *testing.T, pool *pgxpool.Pool, sk store.StreamKey) ([]byte, 
 }
 
 // RecordEventSetStreamTx sets the stream only when the event is new and the
-// stream holds exactly the expected state; otherwise the stream is neither
-// written nor locked (another transaction locks it at once).
+// stream holds exactly the expected state; otherwise it locks the stream and
+// returns what it holds, as LockStreamTx does; a duplicate leaves the stream
+// alone.
 func TestRecordEventSetStream(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, bundle := setup(t)
 	sk := store.StreamKey{Source: "src", Subject: "order-1"}
 	at := time.Now()
-	set := func(tx pgx.Tx, id, expect, next string) (store.EventStatus, bool, bool, error) {
+	set := func(tx pgx.Tx, id, expect, next string) (store.EventStatus, bool, bool, []byte, error) {
 		return s.RecordEventSetStreamTx(ctx, tx, store.EventKey{Source: "src", ID: id}, at, sk, []byte(expect), []byte(next), time.Time{})
 	}
 	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		existing, inserted, isSet, err := set(tx, "e0", `{"v":0}`, `{"v":1}`)
-		if err != nil || !inserted || existing != 0 || isSet {
-			t.Fatalf("a stream without a row: %v %v %v %v; want recorded, not set", existing, inserted, isSet, err)
+		existing, inserted, isSet, state, err := set(tx, "e0", `{"v":0}`, `{"v":1}`)
+		if err != nil || !inserted || existing != 0 || isSet || state != nil {
+			t.Fatalf("a stream without a row: %v %v %v %q %v; want recorded, not set, a new stream", existing, inserted, isSet, state, err)
 		}
 		return nil
 	})
-	if _, ok := streamState(t, bundle.pool, sk); ok {
-		t.Fatal("a stream without a row got one")
+	if st, ok := streamState(t, bundle.pool, sk); !ok || st != nil {
+		t.Fatalf("a stream without a row: state %q, row %v; want its placeholder, as LockStreamTx leaves", st, ok)
 	}
 	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
 		return s.PutStreamTx(ctx, tx, sk, []byte(`{"v":1}`), time.Time{})
 	})
 	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		if _, inserted, isSet, err := set(tx, "e1", `{"v":1}`, `{"v":2}`); err != nil || !inserted || !isSet {
-			t.Fatalf("the expected state: %v %v %v; want recorded and set", inserted, isSet, err)
+		if _, inserted, isSet, state, err := set(tx, "e1", `{"v":1}`, `{"v":2}`); err != nil || !inserted || !isSet || state != nil {
+			t.Fatalf("the expected state: %v %v %q %v; want recorded and set", inserted, isSet, state, err)
 		}
 		return nil
 	})
@@ -952,9 +953,9 @@ func TestRecordEventSetStream(t *testing.T) {
 		t.Fatalf("state %q after a set, want {\"v\":2}", st)
 	}
 	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		existing, inserted, isSet, err := set(tx, "e1", `{"v":2}`, `{"v":3}`)
-		if err != nil || inserted || existing != store.EventDone || isSet {
-			t.Fatalf("a duplicate: %v %v %v %v; want done, not inserted, not set", existing, inserted, isSet, err)
+		existing, inserted, isSet, state, err := set(tx, "e1", `{"v":2}`, `{"v":3}`)
+		if err != nil || inserted || existing != store.EventDone || isSet || state != nil {
+			t.Fatalf("a duplicate: %v %v %v %q %v; want done, not inserted, not set", existing, inserted, isSet, state, err)
 		}
 		return nil
 	})
@@ -962,29 +963,30 @@ func TestRecordEventSetStream(t *testing.T) {
 		t.Fatalf("a duplicate moved the stream to %q", st)
 	}
 
-	// Another state: not set, and not locked.
+	// Another state: not set, its state returned, and the stream locked.
 	h := holdTx(t, s)
 	t.Cleanup(h.rollback)
-	if _, inserted, isSet, err := set(h.tx, "e2", `{"v":1}`, `{"v":9}`); err != nil || !inserted || isSet {
-		t.Fatalf("a stale expected state: %v %v %v; want recorded, not set", inserted, isSet, err)
+	if _, inserted, isSet, state, err := set(h.tx, "e2", `{"v":1}`, `{"v":9}`); err != nil || !inserted || isSet || string(state) != `{"v":2}` {
+		t.Fatalf("a stale expected state: %v %v %q %v; want recorded, not set, the stored state", inserted, isSet, state, err)
 	}
-	lctx, cancel := context.WithTimeout(ctx, waitTimeout)
-	defer cancel()
-	if err := s.InTx(lctx, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := s.LockStreamTx(ctx, tx, sk)
-		return err
-	}); err != nil {
-		t.Fatalf("locking the stream beside a compare that failed: %v", err)
-	}
+	other := holdTx(t, s)
+	t.Cleanup(other.rollback)
+	got := async(func() ([]byte, error) { return s.LockStreamTx(ctx, other.tx, sk) })
+	t.Cleanup(func() { h.rollback(); <-got.done })
+	waitBlocked(t, bundle.pool, other.pid, got)
 	h.rollback()
+	if st, err := receive(t, got); err != nil || string(st) != `{"v":2}` {
+		t.Fatalf("the lock after the compare's: %q %v", st, err)
+	}
+	other.rollback()
 	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":2}` {
 		t.Fatalf("a stale compare moved the stream to %q", st)
 	}
 }
 
 // A compare and set waits for a transaction holding the stream's lock and
-// compares with what it left: a stream it moved on is not set, one it
-// left as it was is.
+// compares with what it left: a stream it moved on is not set and its new
+// state is returned, locked; one it left as it was is set.
 func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
 	t.Parallel()
 	for _, commit := range []bool{true, false} {
@@ -1006,27 +1008,68 @@ func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
 			if _, err := a.tx.Exec(ctx, "SELECT 1"); err != nil {
 				t.Fatal(err) // sends the queued put ahead of it
 			}
-			got := async(func() (bool, error) {
-				_, _, isSet, err := s.RecordEventSetStreamTx(ctx, b.tx, store.EventKey{Source: "src", ID: "e1"}, start, sk,
+			type setResult struct {
+				set   bool
+				state string
+			}
+			got := async(func() (setResult, error) {
+				_, _, isSet, state, err := s.RecordEventSetStreamTx(ctx, b.tx, store.EventKey{Source: "src", ID: "e1"}, start, sk,
 					[]byte(`{"v":1}`), []byte(`{"v":3}`), time.Time{})
-				return isSet, err
+				return setResult{isSet, string(state)}, err
 			})
 			t.Cleanup(func() { a.rollback(); <-got.done; b.rollback() })
 			waitBlocked(t, bundle.pool, b.pid, got)
+			want := setResult{set: true}
 			if commit {
 				a.commit(t)
+				want = setResult{state: `{"v":2}`}
 			} else {
 				a.rollback()
 			}
-			isSet, err := receive(t, got)
-			if err != nil || isSet == commit {
-				t.Fatalf("after the holder's %s: set %v, %v; want %v", map[bool]string{true: "commit", false: "rollback"}[commit], isSet, err, !commit)
+			if r, err := receive(t, got); err != nil || r != want {
+				t.Fatalf("after the holder's %s: %+v, %v; want %+v", map[bool]string{true: "commit", false: "rollback"}[commit], r, err, want)
 			}
 			b.commit(t)
-			want := map[bool]string{true: `{"v":2}`, false: `{"v":3}`}[commit]
-			if st, _ := streamState(t, bundle.pool, sk); string(st) != want {
-				t.Fatalf("state %q, want %s", st, want)
+			wantState := map[bool]string{true: `{"v":2}`, false: `{"v":3}`}[commit]
+			if st, _ := streamState(t, bundle.pool, sk); string(st) != wantState {
+				t.Fatalf("state %q, want %s", st, wantState)
 			}
 		})
+	}
+}
+
+// An event another transaction recorded and had not committed when the
+// statement began is answered as a duplicate once that transaction
+// commits: the statement, which cannot read the row in its snapshot, runs
+// again. The stream is left alone.
+func TestRecordEventSetStreamAfterAConcurrentRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, bundle := setup(t)
+	sk := store.StreamKey{Source: "src", Subject: "order-1"}
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		return s.PutStreamTx(ctx, tx, sk, []byte(`{"v":1}`), time.Time{})
+	})
+	a, b := holdTx(t, s), holdTx(t, s)
+	if _, ins, err := s.RecordEventTx(ctx, a.tx, evKey, start); err != nil || !ins {
+		t.Fatalf("A: inserted %v, %v", ins, err)
+	}
+	type recResult struct {
+		existing      store.EventStatus
+		inserted, set bool
+	}
+	got := async(func() (recResult, error) {
+		existing, inserted, isSet, _, err := s.RecordEventSetStreamTx(ctx, b.tx, evKey, start, sk, []byte(`{"v":1}`), []byte(`{"v":2}`), time.Time{})
+		return recResult{existing, inserted, isSet}, err
+	})
+	t.Cleanup(func() { a.rollback(); <-got.done; b.rollback() })
+	waitBlocked(t, bundle.pool, b.pid, got)
+	a.commit(t)
+	if r, err := receive(t, got); err != nil || r != (recResult{existing: store.EventDone}) {
+		t.Fatalf("after A committed: %+v, %v; want a duplicate, done", r, err)
+	}
+	b.commit(t)
+	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":1}` {
+		t.Fatalf("the duplicate moved the stream to %q", st)
 	}
 }

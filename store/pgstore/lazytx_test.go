@@ -213,7 +213,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 		{"an ordered event on a remembered stream: record and set in one statement, the business write, the commit", 3, func() error {
 			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				key := store.EventKey{Source: "src", ID: time.Now().String()}
-				_, inserted, set, err := s.RecordEventSetStreamTx(ctx, tx, key, time.Now(), stream, []byte("{}"), []byte("{}"), time.Time{})
+				_, inserted, set, _, err := s.RecordEventSetStreamTx(ctx, tx, key, time.Now(), stream, []byte("{}"), []byte("{}"), time.Time{})
 				if err == nil && (!inserted || !set) {
 					err = fmt.Errorf("inserted %v, set %v", inserted, set)
 				}
@@ -221,6 +221,22 @@ func TestTransactionRoundTrips(t *testing.T) {
 					return err
 				}
 				return write(ctx, tx)
+			})
+		}},
+		{"an ordered event on a stream that moved on: record and compare, the lock, the business write, the stream's state", 4, func() error {
+			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				key := store.EventKey{Source: "src", ID: time.Now().String()}
+				_, inserted, set, state, err := s.RecordEventSetStreamTx(ctx, tx, key, time.Now(), stream, []byte("stale"), []byte("{}"), time.Time{})
+				if err == nil && (!inserted || set || string(state) != "{}") {
+					err = fmt.Errorf("inserted %v, set %v, state %q", inserted, set, state)
+				}
+				if err != nil {
+					return err
+				}
+				if err := write(ctx, tx); err != nil {
+					return err
+				}
+				return s.PutStreamTx(ctx, tx, stream, []byte("{}"), time.Time{})
 			})
 		}},
 		{"an ordered event on a new stream: the stream's placeholder goes with the lock", 3, func() error {
