@@ -917,6 +917,17 @@ func streamState(t *testing.T, pool *pgxpool.Pool, sk store.StreamKey) ([]byte, 
 	return state, true
 }
 
+// streamAtV1 returns a store whose stream order-1 holds {"v":1}.
+func streamAtV1(t *testing.T) (*pgstore.Store, *testBundle, store.StreamKey) {
+	t.Helper()
+	s, bundle := setup(t)
+	sk := store.StreamKey{Source: "src", Subject: "order-1"}
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		return s.PutStreamTx(ctx, tx, sk, []byte(`{"v":1}`), time.Time{})
+	})
+	return s, bundle, sk
+}
+
 // RecordEventSetStreamTx sets the stream only when the event is new and the
 // stream holds exactly the expected state; otherwise it locks the stream and
 // returns what it holds, as LockStreamTx does; a duplicate leaves the stream
@@ -993,11 +1004,7 @@ func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
 		t.Run("commit="+strconv.FormatBool(commit), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s, bundle := setup(t)
-			sk := store.StreamKey{Source: "src", Subject: "order-1"}
-			inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-				return s.PutStreamTx(ctx, tx, sk, []byte(`{"v":1}`), time.Time{})
-			})
+			s, bundle, sk := streamAtV1(t)
 			a, b := holdTx(t, s), holdTx(t, s)
 			if _, err := s.LockStreamTx(ctx, a.tx, sk); err != nil {
 				t.Fatal(err)
@@ -1045,11 +1052,7 @@ func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
 func TestRecordEventSetStreamAfterAConcurrentRecord(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, bundle := setup(t)
-	sk := store.StreamKey{Source: "src", Subject: "order-1"}
-	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		return s.PutStreamTx(ctx, tx, sk, []byte(`{"v":1}`), time.Time{})
-	})
+	s, bundle, sk := streamAtV1(t)
 	a, b := holdTx(t, s), holdTx(t, s)
 	if _, ins, err := s.RecordEventTx(ctx, a.tx, evKey, start); err != nil || !ins {
 		t.Fatalf("A: inserted %v, %v", ins, err)
