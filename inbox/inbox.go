@@ -514,8 +514,6 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 	var in order.Incoming
 	if mode != 0 {
 		in = p.incoming(ev, now)
-	}
-	if mode != 0 {
 		t.prev, _ = p.streams.get(sk)
 	}
 	if ks := t.prev; ks != nil && ks.skip == 0 && prior == nil && len(t.doomed) == 0 {
