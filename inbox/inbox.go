@@ -232,8 +232,10 @@ type Processor[TX any] struct {
 	ocfg  *order.Config
 	log   *slog.Logger
 	hooks Hooks
-	// streams remembers the order state of the streams committed last
-	// (Config.StreamCache); nil when off.
+	// setter is s when it can compare and set a stream, else nil; streams
+	// remembers the order state of the streams committed last
+	// (Config.StreamCache), nil when off or without a setter.
+	setter  store.InboxStreamSetter[TX]
 	streams *streamCache
 }
 
@@ -246,8 +248,11 @@ func New[TX any](s store.InboxStore[TX], apply ApplyFunc[TX], cfg *Config) (*Pro
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	return &Processor[TX]{s: s, apply: apply, cfg: c, ocfg: &order.Config{MaxParked: c.MaxParked}, log: c.Logger, hooks: c.Hooks,
-		streams: streamCacheFor(s, c.StreamCache)}, nil
+	p := &Processor[TX]{s: s, apply: apply, cfg: c, ocfg: &order.Config{MaxParked: c.MaxParked}, log: c.Logger, hooks: c.Hooks}
+	if p.setter, _ = s.(store.InboxStreamSetter[TX]); p.setter != nil {
+		p.streams = newStreamCache(c.StreamCache)
+	}
+	return p, nil
 }
 
 // validate refuses a Config out of range; nil is all defaults.
@@ -602,8 +607,7 @@ func (p *Processor[TX]) setStreamTx(ctx context.Context, tx TX, ev event.Event, 
 		return Result{}, err
 	}
 	key := store.EventKey{Source: ev.Source, ID: ev.ID}
-	setter := p.s.(store.InboxStreamSetter[TX])
-	status, inserted, set, raw, err := setter.RecordEventSetStreamTx(ctx, tx, key, now, sk, ks.raw, next, time.Time{})
+	status, inserted, set, raw, err := p.setter.RecordEventSetStreamTx(ctx, tx, key, now, sk, ks.raw, next)
 	switch {
 	case err != nil:
 		return Result{}, err

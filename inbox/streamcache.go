@@ -59,16 +59,8 @@ type streamCache struct {
 	order list.List // front: most recently used
 }
 
-// streamCacheFor returns a cache of max streams for a processor over s, or
-// nil when max is not positive or s cannot compare and set a stream (a
-// cache would never be used).
-func streamCacheFor[TX any](s store.InboxStore[TX], max int) *streamCache {
-	if _, ok := s.(store.InboxStreamSetter[TX]); !ok {
-		return nil
-	}
-	return newStreamCache(max)
-}
-
+// newStreamCache returns a cache of max streams, or nil (remembering
+// nothing) when max is not positive.
 func newStreamCache(max int) *streamCache {
 	if max <= 0 {
 		return nil

@@ -203,11 +203,12 @@ type InboxCommitRecorder[TX any] interface {
 type InboxStreamSetter[TX any] interface {
 	// RecordEventSetStreamTx is RecordEventTx(key, at) and then, only when
 	// that inserted the row: when the stream's stored state equals expect
-	// byte for byte, PutStreamTx(stream, next, gapSince), which locks the
+	// byte for byte, PutStreamTx(stream, next) with no open gap (the caller
+	// sets a stream only for an event in order), which locks the
 	// stream until tx ends (set true); otherwise LockStreamTx(stream), whose
 	// state it returns (set false; a transaction that held the lock and
 	// changed the stream meanwhile was waited for), and the caller decides
 	// again on that state. A duplicate (inserted false) leaves the stream
 	// alone, unlocked.
-	RecordEventSetStreamTx(ctx context.Context, tx TX, key EventKey, at time.Time, stream StreamKey, expect, next []byte, gapSince time.Time) (existing EventStatus, inserted, set bool, state []byte, err error)
+	RecordEventSetStreamTx(ctx context.Context, tx TX, key EventKey, at time.Time, stream StreamKey, expect, next []byte) (existing EventStatus, inserted, set bool, state []byte, err error)
 }

@@ -149,7 +149,7 @@ func (in *Inbox) PutStreamTx(ctx context.Context, tx *Tx, key store.StreamKey, s
 
 // RecordEventSetStreamTx implements store.InboxStreamSetter: the record,
 // then the stream's state replaced only when it is expect, else read.
-func (in *Inbox) RecordEventSetStreamTx(ctx context.Context, tx *Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte, gapSince time.Time) (store.EventStatus, bool, bool, []byte, error) {
+func (in *Inbox) RecordEventSetStreamTx(ctx context.Context, tx *Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte) (store.EventStatus, bool, bool, []byte, error) {
 	status, inserted, err := in.RecordEventTx(ctx, tx, key, at)
 	if err != nil || !inserted {
 		return status, inserted, false, nil, err
@@ -158,7 +158,7 @@ func (in *Inbox) RecordEventSetStreamTx(ctx context.Context, tx *Tx, key store.E
 		state, err := in.LockStreamTx(ctx, tx, stream)
 		return 0, true, false, state, err
 	}
-	return 0, true, true, nil, in.PutStreamTx(ctx, tx, stream, next, gapSince)
+	return 0, true, true, nil, in.PutStreamTx(ctx, tx, stream, next, time.Time{})
 }
 
 // ParkTx implements store.InboxStore.

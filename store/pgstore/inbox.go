@@ -122,18 +122,13 @@ func (s *Store) RecordEventLockStreamTx(ctx context.Context, tx pgx.Tx, key stor
 // RecordEventSetStreamTx implements store.InboxStreamSetter
 // (sql/inbox_record_set_stream.sql): the event's record and the stream's
 // compare and set are one statement; a stream that holds another state is
-// then locked with LockStreamTx, a round trip more. A zero gapSince is
-// stored as NULL, as PutStreamTx does.
-func (s *Store) RecordEventSetStreamTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte, gapSince time.Time) (store.EventStatus, bool, bool, []byte, error) {
-	var gap any
-	if !gapSince.IsZero() {
-		gap = gapSince
-	}
+// then locked with LockStreamTx, a round trip more.
+func (s *Store) RecordEventSetStreamTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte) (store.EventStatus, bool, bool, []byte, error) {
 	for range inboxAttempts {
 		var status int16
 		var inserted, set bool
 		err := tx.QueryRow(ctx, inboxRecordSetStreamSQL, bytesOf(key.Source), bytesOf(key.ID), at,
-			bytesOf(stream.Source), bytesOf(stream.Subject), orEmpty(expect), orEmpty(next), gap).Scan(&status, &inserted, &set)
+			bytesOf(stream.Source), bytesOf(stream.Subject), orEmpty(expect), orEmpty(next)).Scan(&status, &inserted, &set)
 		switch {
 		case err == nil && !inserted:
 			return store.EventStatus(status), false, false, nil, nil

@@ -939,7 +939,7 @@ func TestRecordEventSetStream(t *testing.T) {
 	sk := store.StreamKey{Source: "src", Subject: "order-1"}
 	at := time.Now()
 	set := func(tx pgx.Tx, id, expect, next string) (store.EventStatus, bool, bool, []byte, error) {
-		return s.RecordEventSetStreamTx(ctx, tx, store.EventKey{Source: "src", ID: id}, at, sk, []byte(expect), []byte(next), time.Time{})
+		return s.RecordEventSetStreamTx(ctx, tx, store.EventKey{Source: "src", ID: id}, at, sk, []byte(expect), []byte(next))
 	}
 	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
 		existing, inserted, isSet, state, err := set(tx, "e0", `{"v":0}`, `{"v":1}`)
@@ -1021,7 +1021,7 @@ func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
 			}
 			got := async(func() (setResult, error) {
 				_, _, isSet, state, err := s.RecordEventSetStreamTx(ctx, b.tx, store.EventKey{Source: "src", ID: "e1"}, start, sk,
-					[]byte(`{"v":1}`), []byte(`{"v":3}`), time.Time{})
+					[]byte(`{"v":1}`), []byte(`{"v":3}`))
 				return setResult{isSet, string(state)}, err
 			})
 			t.Cleanup(func() { a.rollback(); <-got.done; b.rollback() })
@@ -1062,7 +1062,7 @@ func TestRecordEventSetStreamAfterAConcurrentRecord(t *testing.T) {
 		inserted, set bool
 	}
 	got := async(func() (recResult, error) {
-		existing, inserted, isSet, _, err := s.RecordEventSetStreamTx(ctx, b.tx, evKey, start, sk, []byte(`{"v":1}`), []byte(`{"v":2}`), time.Time{})
+		existing, inserted, isSet, _, err := s.RecordEventSetStreamTx(ctx, b.tx, evKey, start, sk, []byte(`{"v":1}`), []byte(`{"v":2}`))
 		return recResult{existing, inserted, isSet}, err
 	})
 	t.Cleanup(func() { a.rollback(); <-got.done; b.rollback() })

@@ -213,7 +213,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 		{"an ordered event on a remembered stream: record and set in one statement, the business write, the commit", 3, func() error {
 			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				key := store.EventKey{Source: "src", ID: time.Now().String()}
-				_, inserted, set, _, err := s.RecordEventSetStreamTx(ctx, tx, key, time.Now(), stream, []byte("{}"), []byte("{}"), time.Time{})
+				_, inserted, set, _, err := s.RecordEventSetStreamTx(ctx, tx, key, time.Now(), stream, []byte("{}"), []byte("{}"))
 				if err == nil && (!inserted || !set) {
 					err = fmt.Errorf("inserted %v, set %v", inserted, set)
 				}
@@ -226,7 +226,7 @@ func TestTransactionRoundTrips(t *testing.T) {
 		{"an ordered event on a stream that moved on: record and compare, the lock, the business write, the stream's state", 4, func() error {
 			return s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				key := store.EventKey{Source: "src", ID: time.Now().String()}
-				_, inserted, set, state, err := s.RecordEventSetStreamTx(ctx, tx, key, time.Now(), stream, []byte("stale"), []byte("{}"), time.Time{})
+				_, inserted, set, state, err := s.RecordEventSetStreamTx(ctx, tx, key, time.Now(), stream, []byte("stale"), []byte("{}"))
 				if err == nil && (!inserted || set || string(state) != "{}") {
 					err = fmt.Errorf("inserted %v, set %v, state %q", inserted, set, state)
 				}

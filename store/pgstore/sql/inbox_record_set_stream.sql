@@ -6,8 +6,9 @@
 -- statements. When the stream holds another state, the caller locks it
 -- with LockStreamTx next (a third CTE that locks it here cost this
 -- statement a tenth of its time when it sets the stream, the common
--- case). Parameters: $1 source, $2 id, $3 received_at, $4 stream
--- source, $5 subject, $6 expected state, $7 new state, $8 gap_since.
+-- case). The new state has no open gap (an event in order), so gap_since
+-- becomes NULL. Parameters: $1 source, $2 id, $3 received_at, $4 stream
+-- source, $5 subject, $6 expected state, $7 new state.
 -- Returns the status, whether this statement inserted the row, and
 -- whether it set the stream; no row as inbox_record.sql (run it again).
 --
@@ -24,7 +25,7 @@ WITH inserted AS (
     RETURNING status
 ), set_stream AS (
     UPDATE idem_streams
-    SET state = $7, gap_since = $8
+    SET state = $7, gap_since = NULL
     WHERE source = $4 AND subject = $5 AND state = $6
       AND EXISTS (SELECT 1 FROM inserted)
     RETURNING 1
