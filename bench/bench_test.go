@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -60,12 +61,27 @@ func TestFlags(t *testing.T) {
 		{"-clients", "0"},
 		{"-clients", "4,x"},
 		{"-duration", "0s"},
+		{"-warmup", "-1s"},
 		{"-rows", "("},
 		{"-rows", "nothing-matches-this", "-duration", "1ms"},
 	} {
 		if err := run(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("run %q: no error", args)
 		}
+	}
+}
+
+// TestMeasureWarmsUpUnmeasured checks that measure runs the operation
+// during the warm-up and counts only what ran after it.
+func TestMeasureWarmsUpUnmeasured(t *testing.T) {
+	var calls atomic.Int64
+	op := func(context.Context, int) error { calls.Add(1); time.Sleep(time.Millisecond); return nil }
+	r, err := measure(context.Background(), 2, 100*time.Millisecond, 100*time.Millisecond, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ops == 0 || r.ops >= calls.Load() {
+		t.Fatalf("measured %d operations of %d run: want the warm-up's left out", r.ops, calls.Load())
 	}
 }
 
