@@ -22,15 +22,18 @@
 // redelivery is an OutcomeDuplicate).
 //
 // On a store that can compare and set a stream (store.InboxStreamSetter:
-// PostgreSQL), steps 1, 2 and 4 are one statement for an event that is the
-// next in order on a stream whose state the Processor committed last
-// (Config.StreamCache): it decides on the state it remembers, and the store
-// records the event and stores the new state only if the stream still holds
-// the remembered one, which takes the stream's lock as step 2 would. When
-// the stream moved on (another process, the compensator), the event is
-// recorded, the stream locked next, and the Processor decides again on what
-// it holds, as above; it then decides that stream's next events under the
-// lock for a while before it guesses again.
+// PostgreSQL), an event that is the next in order on a stream whose state
+// the Processor committed last (Config.StreamCache) is decided on the state
+// it remembers, before its transaction, and applied at once; steps 1, 2 and
+// 4 are then one statement that goes out with the apply's first statement
+// (or the commit), which records the event and stores the new state only if
+// the stream still holds the remembered one, taking the stream's lock as
+// step 2 would, ahead of the apply's writes. When the stream moved on
+// (another process, the compensator) or the event was recorded before, that
+// statement fails, none of the apply's statements runs, the transaction
+// rolls back whatever the apply made of the failure, and the event runs
+// again as above; the Processor then decides that stream's next events
+// under the lock for a while before it guesses again.
 //
 // # Failures
 //

@@ -168,16 +168,18 @@ type Config struct {
 	// compare and set a stream (store.InboxStreamSetter: PostgreSQL, and
 	// memstore). An ordered event on a remembered stream, when it is the
 	// next in order (applied, nothing parked, no gap), is decided before
-	// its transaction, and its stream's new state goes out in the statement
-	// that records it: one statement and one row write less than locking
-	// the stream and writing it. The store sets the stream only when it
-	// still holds the remembered state; one another process or the
-	// compensator moved on is locked next, and the event decided again on
-	// what it holds: a round trip more than without the cache, after which
-	// the processor decides that stream's next 8 events under its lock
-	// before it guesses again, so that a stream whose events alternate
-	// between processes costs about what it does without the cache.
-	// Negative turns it off. Defaults to DefaultStreamCache (4096).
+	// its transaction and applied at once: its record and its stream's new
+	// state go out in one statement, with the apply's first statement (or
+	// the commit), so that the stream is neither locked nor written on its
+	// own and the event costs two round trips where it costs three. The
+	// store sets the stream only when it still holds the remembered state,
+	// and fails the transaction otherwise (before any of the apply's
+	// statements runs): the event is then decided again under the stream's
+	// lock, a transaction more, after which the processor decides that
+	// stream's next 8 events under its lock before it guesses again, so
+	// that a stream whose events alternate between processes costs about
+	// what it does without the cache. Negative turns it off. Defaults to
+	// DefaultStreamCache (4096).
 	StreamCache int
 	// MaxAttempts is how many times a transient apply failure is tried in
 	// one Process call before the event is dead-lettered. Defaults to 3.
@@ -379,11 +381,14 @@ type try struct {
 	// known is the stream's state as this attempt leaves it, read or
 	// written under the stream's lock: once the attempt commits, the
 	// processor remembers it (Config.StreamCache). prev is what the
-	// processor remembered of the stream when the attempt began; missed
-	// is set when the attempt guessed the stream's state and the store
-	// found it moved on.
+	// processor remembered of the stream when the attempt began.
 	known, prev *knownStream
-	missed      bool
+	// guessed is set when the attempt decided its event on prev and
+	// queued the stream's compare and set (setStreamTx); noGuess once
+	// such a guess failed (the stream had moved on, or the event was
+	// recorded), so that the same attempt runs again deciding under the
+	// stream's lock.
+	guessed, noGuess bool
 }
 
 // errRecordFirst is an apply that failed in an attempt that applied
@@ -422,7 +427,7 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 	t := &try{doomed: map[store.EventKey]doom{}}
 	for n := 1; ; n++ {
 		t.n, t.last = n, n >= p.cfg.MaxAttempts
-		t.known, t.prev, t.missed = nil, nil, false
+		t.known, t.prev, t.guessed = nil, nil, false
 		var res Result
 		err := p.s.InTx(ctx, func(ctx context.Context, tx TX) error {
 			var err error
@@ -432,7 +437,7 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 		if err == nil {
 			res.Attempts = n
 			if t.known != nil {
-				p.streams.put(t.known.after(t.prev, t.missed))
+				p.streams.put(t.known.after(t.prev, t.noGuess))
 			}
 			p.hooks.committed(res)
 			return res, nil
@@ -443,6 +448,15 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 		)
 		var rf errRecordFirst
 		switch {
+		case t.guessed && !t.noGuess && (errors.Is(err, store.ErrStreamMoved) || errors.Is(err, store.ErrDuplicate)):
+			// The event was decided on a remembered stream state that the
+			// store no longer holds, or it was recorded before: nothing of
+			// the attempt committed. The same attempt again, under the
+			// stream's lock, decides it on what the store holds.
+			t.noGuess = true
+			p.streams.missed(t.prev)
+			n--
+			continue
 		case t.appliedFirst && !t.recordFirst && (errors.As(err, &rf) || errors.Is(err, store.ErrDuplicate)):
 			// Applied before it was recorded, and rolled back: the apply
 			// failed (perhaps on a duplicate's second run), or the commit
@@ -521,9 +535,9 @@ func (p *Processor[TX]) processTx(ctx context.Context, tx TX, ev event.Event, t 
 		in = p.incoming(ev, now)
 		t.prev, _ = p.streams.get(sk)
 	}
-	if ks := t.prev; ks != nil && ks.skip == 0 && prior == nil && len(t.doomed) == 0 {
+	if ks := t.prev; ks != nil && ks.skip == 0 && prior == nil && len(t.doomed) == 0 && !t.noGuess {
 		if d, err := order.Decide(mode, ks.state, in, p.ocfg); err == nil && inOrder(d) {
-			return p.setStreamTx(ctx, tx, ev, t, mode, sk, ks, d, in, now)
+			return p.setStreamTx(ctx, tx, ev, t, mode, sk, ks, d, now)
 		}
 	}
 	var status store.EventStatus
@@ -593,31 +607,36 @@ func inOrder(d order.Decision) bool {
 	return d.Action == order.ActionApply && !d.Reset && d.Gap == nil && len(d.Released) == 0 && len(d.Next.Parked) == 0
 }
 
-// setStreamTx records ev and, in the same statement, stores d.Next as its
-// stream's state if the stream still holds ks, the state this processor
-// committed it with last (store.InboxStreamSetter); d is ev's decision on
-// ks, in order (inOrder), and in the incoming event it was made on. Then it
-// applies ev. When ev was recorded but the stream holds another state, the
-// store locked it and returned that state, and ev is decided again on it
-// (orderedTx). Nothing is doomed in this call (the caller checks): an apply
-// that fails rolls the transaction back, and retry runs the attempt again.
-func (p *Processor[TX]) setStreamTx(ctx context.Context, tx TX, ev event.Event, t *try, mode order.Mode, sk store.StreamKey, ks *knownStream, d order.Decision, in order.Incoming, now time.Time) (Result, error) {
+// setStreamTx applies ev, decided as d on ks, the state this processor
+// committed its stream with last (d is in order: inOrder), and queues its
+// record and the stream's compare and set to d.Next to go out with the
+// apply's first statement or the commit (store.InboxStreamSetter): the
+// stream's lock is taken ahead of the apply's writes, as on the locked
+// path, and neither costs a round trip of its own. When the store no
+// longer holds ks, or holds ev's record, that statement fails and aborts
+// the transaction, whatever apply made of the failure, and retry runs the
+// attempt again under the stream's lock. Nothing is doomed in this call
+// (the caller checks): an apply that fails rolls the transaction back,
+// and retry runs the attempt again.
+func (p *Processor[TX]) setStreamTx(ctx context.Context, tx TX, ev event.Event, t *try, mode order.Mode, sk store.StreamKey, ks *knownStream, d order.Decision, now time.Time) (Result, error) {
 	next, err := json.Marshal(d.Next)
 	if err != nil {
 		return Result{}, err
 	}
 	key := store.EventKey{Source: ev.Source, ID: ev.ID}
-	status, inserted, set, raw, err := p.setter.RecordEventSetStreamTx(ctx, tx, key, now, sk, ks.raw, next)
-	switch {
-	case err != nil:
+	t.guessed = true
+	failed, err := p.setter.RecordEventSetStreamLaterTx(ctx, tx, key, now, sk, ks.raw, next)
+	if err != nil {
 		return Result{}, err
-	case !inserted:
-		return duplicateOf(status), nil
-	case !set:
-		t.missed = true
-		return p.orderedTx(ctx, tx, ev, t, nil, now, mode, sk, in, raw)
 	}
-	if err := p.applyOnce(ctx, tx, ev, t); err != nil {
+	err = p.applyOnce(ctx, tx, ev, t)
+	if ferr := failed(); ferr != nil {
+		// The statement went out with apply's first one and failed: the
+		// server ran none of apply's, so apply's outcome says nothing of
+		// ev.
+		return Result{}, ferr
+	}
+	if err != nil {
 		return Result{}, err
 	}
 	t.known = &knownStream{key: sk, raw: next, state: d.Next}

@@ -31,8 +31,8 @@ type knownStream struct {
 const missSkip = 8
 
 // after returns the entry to remember after a commit that left the stream
-// as ks says: missed reports a guess of this attempt that missed; prev is
-// the entry it found, if any.
+// as ks says: missed reports a guess of this Process call that missed;
+// prev is the entry its attempt found, if any.
 func (ks *knownStream) after(prev *knownStream, missed bool) *knownStream {
 	switch {
 	case missed:
@@ -101,6 +101,25 @@ func (c *streamCache) put(ks *knownStream) {
 		old := c.order.Back()
 		c.order.Remove(old)
 		delete(c.m, old.Value.(*knownStream).key)
+	}
+}
+
+// missed records that a guess made on ks missed, until the attempt run
+// again under the lock commits (knownStream.after): the stream's next
+// missSkip events are decided under its lock too, should that attempt
+// leave the entry as it is (an event recorded before is answered without
+// reading its stream). An entry replaced since ks was handed out is left
+// as it is.
+func (c *streamCache) missed(ks *knownStream) {
+	if c == nil || ks == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[ks.key]; ok && el.Value == ks {
+		cp := *ks
+		cp.skip = missSkip
+		el.Value = &cp
 	}
 }
 

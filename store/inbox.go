@@ -195,20 +195,31 @@ type InboxCommitRecorder[TX any] interface {
 }
 
 // InboxStreamSetter is implemented by stores that can record an event and
-// set its stream's state in one statement when the stream holds the state
-// the caller expects (PostgreSQL; memstore as the model). Package inbox
-// uses it for an ordered event whose stream state it read in an earlier
-// event's transaction: the stream is then neither locked nor written on
-// its own, one statement and one row write less per event.
+// set its stream's state, when the stream holds the state the caller
+// expects, in a statement queued to go out with the transaction's next
+// statement or its COMMIT (PostgreSQL: a pipeline; memstore, as the model,
+// at the commit). Package inbox uses it for an ordered event whose stream
+// state it read in an earlier event's transaction: the event is decided
+// before its transaction opens, and the stream is neither locked nor
+// written on its own, nor does the record cost a round trip of its own.
 type InboxStreamSetter[TX any] interface {
-	// RecordEventSetStreamTx is RecordEventTx(key, at) and then, only when
-	// that inserted the row: when the stream's stored state equals expect
-	// byte for byte, PutStreamTx(stream, next) with no open gap (the caller
-	// sets a stream only for an event in order), which locks the
-	// stream until tx ends (set true); otherwise LockStreamTx(stream), whose
-	// state it returns (set false; a transaction that held the lock and
-	// changed the stream meanwhile was waited for), and the caller decides
-	// again on that state. A duplicate (inserted false) leaves the stream
-	// alone, unlocked.
-	RecordEventSetStreamTx(ctx context.Context, tx TX, key EventKey, at time.Time, stream StreamKey, expect, next []byte) (existing EventStatus, inserted, set bool, state []byte, err error)
+	// RecordEventSetStreamLaterTx queues the insert of key's inbox row
+	// (EventDone, received at) and, when the stream's stored state equals
+	// expect byte for byte, its replacement by next with no open gap (the
+	// caller sets a stream only for an event in order), which locks the
+	// stream until tx ends. The statement goes out with tx's next statement
+	// or its commit; a transaction that holds the stream's lock or records
+	// the event is waited for first. When the event was recorded before, it
+	// fails with an error matching ErrDuplicate; when the stream holds
+	// another state (or none), with one matching ErrStreamMoved. Either
+	// failure fails the statement or the commit it went out with, and the
+	// transaction is rolled back whole: the caller's writes never commit
+	// without the event's record and its stream's new state.
+	//
+	// failed reports that failure (or the earlier one that kept the
+	// statement from running) once the statement has gone out, and nil
+	// before or when it succeeded, so that the caller can tell it from a
+	// failure of its own statement that it went out with. A store that
+	// runs the statement at once returns its failure as err instead.
+	RecordEventSetStreamLaterTx(ctx context.Context, tx TX, key EventKey, at time.Time, stream StreamKey, expect, next []byte) (failed func() error, err error)
 }

@@ -47,6 +47,12 @@ var (
 	// row recorded at the commit, InboxCommitRecorder). Nothing was
 	// written.
 	ErrDuplicate = errors.New("idem/store: duplicate id")
+
+	// ErrStreamMoved is returned when an order stream's state is set only
+	// if it still holds the state the caller expected
+	// (InboxStreamSetter), and it holds another one, or none: another
+	// transaction moved it on. The transaction that asked is aborted.
+	ErrStreamMoved = errors.New("idem/store: the stream holds another state than expected")
 )
 
 // State is the state of a record.

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -58,7 +59,10 @@ func NewInbox() *Inbox {
 type Tx struct {
 	in   *Inbox
 	undo []func()
-	done bool
+	// atCommit are the writes queued to run when fn returns, before the
+	// commit; the first that fails rolls everything back.
+	atCommit []func() error
+	done     bool
 }
 
 // OnRollback registers f to run if the transaction rolls back. Undo
@@ -96,6 +100,11 @@ func (in *Inbox) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 	}()
 	if err := fn(ctx, tx); err != nil {
 		return err
+	}
+	for _, f := range tx.atCommit {
+		if err := f(); err != nil {
+			return err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err // a cancelled transaction does not commit
@@ -147,18 +156,26 @@ func (in *Inbox) PutStreamTx(ctx context.Context, tx *Tx, key store.StreamKey, s
 	return nil
 }
 
-// RecordEventSetStreamTx implements store.InboxStreamSetter: the record,
-// then the stream's state replaced only when it is expect, else read.
-func (in *Inbox) RecordEventSetStreamTx(ctx context.Context, tx *Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte) (store.EventStatus, bool, bool, []byte, error) {
-	status, inserted, err := in.RecordEventTx(ctx, tx, key, at)
-	if err != nil || !inserted {
-		return status, inserted, false, nil, err
+// RecordEventSetStreamLaterTx implements store.InboxStreamSetter as its
+// model: the record and the compare and set run at the commit, after
+// everything else the transaction did (the latest a store may run them),
+// and fail it with store.ErrDuplicate or store.ErrStreamMoved. failed
+// always reports nil: nothing goes out before the commit.
+func (in *Inbox) RecordEventSetStreamLaterTx(ctx context.Context, tx *Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte) (func() error, error) {
+	if err := tx.check(); err != nil {
+		return nil, err
 	}
-	if r, ok := in.streams[stream]; !ok || !bytes.Equal(r.state, expect) {
-		state, err := in.LockStreamTx(ctx, tx, stream)
-		return 0, true, false, state, err
-	}
-	return 0, true, true, nil, in.PutStreamTx(ctx, tx, stream, next, time.Time{})
+	expect, next = bytes.Clone(expect), bytes.Clone(next)
+	tx.atCommit = append(tx.atCommit, func() error {
+		if _, inserted, err := in.RecordEventTx(ctx, tx, key, at); err != nil || !inserted {
+			return cmp.Or(err, fmt.Errorf("memstore: record event %v: %w", key, store.ErrDuplicate))
+		}
+		if r, ok := in.streams[stream]; !ok || !bytes.Equal(r.state, expect) {
+			return fmt.Errorf("memstore: set stream %v: %w", stream, store.ErrStreamMoved)
+		}
+		return in.PutStreamTx(ctx, tx, stream, next, time.Time{})
+	})
+	return func() error { return nil }, nil
 }
 
 // ParkTx implements store.InboxStore.

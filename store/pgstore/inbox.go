@@ -119,31 +119,18 @@ func (s *Store) RecordEventLockStreamTx(ctx context.Context, tx pgx.Tx, key stor
 	return existing, inserted, state, nil
 }
 
-// RecordEventSetStreamTx implements store.InboxStreamSetter
+// RecordEventSetStreamLaterTx implements store.InboxStreamSetter
 // (sql/inbox_record_set_stream.sql): the event's record and the stream's
-// compare and set are one statement; a stream that holds another state is
-// then locked with LockStreamTx, a round trip more.
-func (s *Store) RecordEventSetStreamTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte) (store.EventStatus, bool, bool, []byte, error) {
-	for range inboxAttempts {
-		var status int16
-		var inserted, set bool
-		err := tx.QueryRow(ctx, inboxRecordSetStreamSQL, bytesOf(key.Source), bytesOf(key.ID), at,
-			bytesOf(stream.Source), bytesOf(stream.Subject), orEmpty(expect), orEmpty(next)).Scan(&status, &inserted, &set)
-		switch {
-		case err == nil && !inserted:
-			return store.EventStatus(status), false, false, nil, nil
-		case err == nil && set:
-			return 0, true, true, nil, nil
-		case err == nil:
-			state, err := s.LockStreamTx(ctx, tx, stream)
-			return 0, true, false, state, err
-		}
-		if err = interpretError(err); !errors.Is(err, store.ErrNotFound) {
-			return 0, false, false, nil, fmt.Errorf("idem/pgstore: record event %s, set stream %s: %w", eventName(key), streamName(stream), err)
-		}
-		// The conflicting row was committed after the statement's snapshot.
+// compare and set are one statement, queued (lazyTx) to go out with the
+// transaction's next statement or its COMMIT; in another pgx.Tx it runs
+// at once.
+func (s *Store) RecordEventSetStreamLaterTx(ctx context.Context, tx pgx.Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte) (func() error, error) {
+	failed, err := laterWatched(ctx, tx, inboxRecordSetStreamSQL, bytesOf(key.Source), bytesOf(key.ID), at,
+		bytesOf(stream.Source), bytesOf(stream.Subject), orEmpty(expect), orEmpty(next))
+	if err != nil {
+		return nil, fmt.Errorf("idem/pgstore: record event %s, set stream %s: %w", eventName(key), streamName(stream), interpretError(err))
 	}
-	return 0, false, false, nil, fmt.Errorf("idem/pgstore: record event %s: no answer after %d attempts: the row keeps being deleted and inserted again", eventName(key), inboxAttempts)
+	return failed, nil
 }
 
 // LockStreamTx implements store.InboxStore in one statement

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -928,76 +929,106 @@ func streamAtV1(t *testing.T) (*pgstore.Store, *testBundle, store.StreamKey) {
 	return s, bundle, sk
 }
 
-// RecordEventSetStreamTx sets the stream only when the event is new and the
-// stream holds exactly the expected state; otherwise it locks the stream and
-// returns what it holds, as LockStreamTx does; a duplicate leaves the stream
-// alone.
+// setLater queues the record of event id and the compare and set of sk's
+// stream from expect to next in tx, then sends a statement, which it goes
+// out with; it returns that statement's error and what failed reports.
+func setLater(ctx context.Context, s *pgstore.Store, tx pgx.Tx, sk store.StreamKey, id, expect, next string) (stmtErr, failedErr error) {
+	failed, err := s.RecordEventSetStreamLaterTx(ctx, tx, store.EventKey{Source: "src", ID: id}, start, sk, []byte(expect), []byte(next))
+	if err != nil {
+		return err, err
+	}
+	if f := failed(); f != nil {
+		return fmt.Errorf("failed() reported %w before the statement went out", f), f
+	}
+	_, stmtErr = tx.Exec(ctx, "SELECT 1")
+	return stmtErr, failed()
+}
+
+// RecordEventSetStreamLaterTx records the event and sets the stream only
+// when the event is new and the stream holds exactly the expected state;
+// otherwise the statement it goes out with fails with ErrDuplicate or
+// ErrStreamMoved, and nothing of the transaction commits. A set stream is
+// locked until the transaction ends.
 func TestRecordEventSetStream(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, bundle := setup(t)
 	sk := store.StreamKey{Source: "src", Subject: "order-1"}
-	at := time.Now()
-	set := func(tx pgx.Tx, id, expect, next string) (store.EventStatus, bool, bool, []byte, error) {
-		return s.RecordEventSetStreamTx(ctx, tx, store.EventKey{Source: "src", ID: id}, at, sk, []byte(expect), []byte(next))
-	}
-	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		existing, inserted, isSet, state, err := set(tx, "e0", `{"v":0}`, `{"v":1}`)
-		if err != nil || !inserted || existing != 0 || isSet || state != nil {
-			t.Fatalf("a stream without a row: %v %v %v %q %v; want recorded, not set, a new stream", existing, inserted, isSet, state, err)
+	// fails runs the queued statement in a transaction of its own, with a
+	// business write, and checks that it fails with want and that the
+	// transaction commits nothing.
+	fails := func(what, id, expect, next string, want error) {
+		t.Helper()
+		err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			stmtErr, failedErr := setLater(ctx, s, tx, sk, id, expect, next)
+			if !errors.Is(stmtErr, want) || !errors.Is(failedErr, want) {
+				t.Errorf("%s: the statement failed with %v, failed() %v; want both %v", what, stmtErr, failedErr, want)
+			}
+			return stmtErr
+		})
+		if !errors.Is(err, want) {
+			t.Errorf("%s: the transaction ended with %v, want %v", what, err, want)
 		}
-		return nil
-	})
-	if st, ok := streamState(t, bundle.pool, sk); !ok || st != nil {
-		t.Fatalf("a stream without a row: state %q, row %v; want its placeholder, as LockStreamTx leaves", st, ok)
+	}
+	fails("a stream without a row", "e0", `{"v":0}`, `{"v":1}`, store.ErrStreamMoved)
+	if st, ok := streamState(t, bundle.pool, sk); ok {
+		t.Fatalf("a stream without a row got one: %q", st)
+	}
+	if n := inboxStatus(t, bundle.pool, store.EventKey{Source: "src", ID: "e0"}); n != 0 {
+		t.Fatalf("a failed set recorded its event (status %d)", n)
 	}
 	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
 		return s.PutStreamTx(ctx, tx, sk, []byte(`{"v":1}`), time.Time{})
 	})
-	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		if _, inserted, isSet, state, err := set(tx, "e1", `{"v":1}`, `{"v":2}`); err != nil || !inserted || !isSet || state != nil {
-			t.Fatalf("the expected state: %v %v %q %v; want recorded and set", inserted, isSet, state, err)
-		}
-		return nil
-	})
-	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":2}` {
-		t.Fatalf("state %q after a set, want {\"v\":2}", st)
-	}
-	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
-		existing, inserted, isSet, state, err := set(tx, "e1", `{"v":2}`, `{"v":3}`)
-		if err != nil || inserted || existing != store.EventDone || isSet || state != nil {
-			t.Fatalf("a duplicate: %v %v %v %q %v; want done, not inserted, not set", existing, inserted, isSet, state, err)
-		}
-		return nil
-	})
-	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":2}` {
-		t.Fatalf("a duplicate moved the stream to %q", st)
-	}
 
-	// Another state: not set, its state returned, and the stream locked.
 	h := holdTx(t, s)
-	t.Cleanup(h.rollback)
-	if _, inserted, isSet, state, err := set(h.tx, "e2", `{"v":1}`, `{"v":9}`); err != nil || !inserted || isSet || string(state) != `{"v":2}` {
-		t.Fatalf("a stale expected state: %v %v %q %v; want recorded, not set, the stored state", inserted, isSet, state, err)
+	if stmtErr, failedErr := setLater(ctx, s, h.tx, sk, "e1", `{"v":1}`, `{"v":2}`); stmtErr != nil || failedErr != nil {
+		t.Fatalf("the expected state: %v, failed() %v; want set", stmtErr, failedErr)
 	}
+	// The set stream stays locked until the transaction ends.
 	other := holdTx(t, s)
-	t.Cleanup(other.rollback)
 	got := async(func() ([]byte, error) { return s.LockStreamTx(ctx, other.tx, sk) })
-	t.Cleanup(func() { h.rollback(); <-got.done })
+	t.Cleanup(func() { h.rollback(); <-got.done; other.rollback() })
 	waitBlocked(t, bundle.pool, other.pid, got)
-	h.rollback()
+	h.commit(t)
 	if st, err := receive(t, got); err != nil || string(st) != `{"v":2}` {
-		t.Fatalf("the lock after the compare's: %q %v", st, err)
+		t.Fatalf("the lock after the set's commit read %q, %v", st, err)
 	}
 	other.rollback()
+	if n := inboxStatus(t, bundle.pool, store.EventKey{Source: "src", ID: "e1"}); n != int(store.EventDone) {
+		t.Fatalf("the event set is recorded with status %d, want done", n)
+	}
+
+	fails("a duplicate", "e1", `{"v":2}`, `{"v":3}`, store.ErrDuplicate)
+	fails("a stale expected state", "e2", `{"v":1}`, `{"v":9}`, store.ErrStreamMoved)
 	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":2}` {
-		t.Fatalf("a stale compare moved the stream to %q", st)
+		t.Fatalf("a failed set moved the stream to %q", st)
+	}
+	if n := inboxStatus(t, bundle.pool, store.EventKey{Source: "src", ID: "e2"}); n != 0 {
+		t.Fatalf("a stale set recorded its event (status %d)", n)
+	}
+
+	// With nothing sent after it, it goes out with the COMMIT, which it
+	// fails or lets through.
+	err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := s.RecordEventSetStreamLaterTx(ctx, tx, store.EventKey{Source: "src", ID: "e3"}, start, sk, []byte(`{"v":1}`), []byte(`{"v":9}`))
+		return err
+	})
+	if !errors.Is(err, store.ErrStreamMoved) || !errors.Is(err, pgx.ErrTxCommitRollback) {
+		t.Fatalf("a stale set with the commit: %v, want a rollback for a moved stream", err)
+	}
+	inTx(t, s, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := s.RecordEventSetStreamLaterTx(ctx, tx, store.EventKey{Source: "src", ID: "e3"}, start, sk, []byte(`{"v":2}`), []byte(`{"v":3}`))
+		return err
+	})
+	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":3}` {
+		t.Fatalf("a set with the commit left the stream at %q", st)
 	}
 }
 
 // A compare and set waits for a transaction holding the stream's lock and
-// compares with what it left: a stream it moved on is not set and its new
-// state is returned, locked; one it left as it was is set.
+// compares with what it left: a stream it moved on is not set (and the
+// set's transaction is aborted); one it left as it was is set.
 func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
 	t.Parallel()
 	for _, commit := range []bool{true, false} {
@@ -1015,28 +1046,25 @@ func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
 			if _, err := a.tx.Exec(ctx, "SELECT 1"); err != nil {
 				t.Fatal(err) // sends the queued put ahead of it
 			}
-			type setResult struct {
-				set   bool
-				state string
-			}
-			got := async(func() (setResult, error) {
-				_, _, isSet, state, err := s.RecordEventSetStreamTx(ctx, b.tx, store.EventKey{Source: "src", ID: "e1"}, start, sk,
-					[]byte(`{"v":1}`), []byte(`{"v":3}`))
-				return setResult{isSet, string(state)}, err
-			})
+			got := async(func() (error, error) { return setLater(ctx, s, b.tx, sk, "e1", `{"v":1}`, `{"v":3}`) })
 			t.Cleanup(func() { a.rollback(); <-got.done; b.rollback() })
 			waitBlocked(t, bundle.pool, b.pid, got)
-			want := setResult{set: true}
 			if commit {
 				a.commit(t)
-				want = setResult{state: `{"v":2}`}
 			} else {
 				a.rollback()
 			}
-			if r, err := receive(t, got); err != nil || r != want {
-				t.Fatalf("after the holder's %s: %+v, %v; want %+v", map[bool]string{true: "commit", false: "rollback"}[commit], r, err, want)
+			stmtErr, failedErr := receive(t, got)
+			if commit && (!errors.Is(stmtErr, store.ErrStreamMoved) || !errors.Is(failedErr, store.ErrStreamMoved)) {
+				t.Fatalf("after the holder's commit: %v, failed() %v; want the stream moved", stmtErr, failedErr)
 			}
-			b.commit(t)
+			if !commit && (stmtErr != nil || failedErr != nil) {
+				t.Fatalf("after the holder's rollback: %v, failed() %v; want set", stmtErr, failedErr)
+			}
+			err := b.end(nil)
+			if commit != (err != nil) {
+				t.Fatalf("the set's commit: %v", err)
+			}
 			wantState := map[bool]string{true: `{"v":2}`, false: `{"v":3}`}[commit]
 			if st, _ := streamState(t, bundle.pool, sk); string(st) != wantState {
 				t.Fatalf("state %q, want %s", st, wantState)
@@ -1045,34 +1073,51 @@ func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
 	}
 }
 
-// An event another transaction recorded and had not committed when the
-// statement began is answered as a duplicate once that transaction
-// commits: the statement, which cannot read the row in its snapshot, runs
-// again. The stream is left alone.
+// An event another transaction is recording makes the set wait for it:
+// once that transaction commits, the set fails as a duplicate and the
+// stream is left alone; once it rolls back, the set records and sets. The
+// set takes the event's row before the stream's lock, as the locked path
+// does, so a transaction recording the same event and then locking the
+// stream never deadlocks with it.
 func TestRecordEventSetStreamAfterAConcurrentRecord(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, bundle, sk := streamAtV1(t)
-	a, b := holdTx(t, s), holdTx(t, s)
-	if _, ins, err := s.RecordEventTx(ctx, a.tx, evKey, start); err != nil || !ins {
-		t.Fatalf("A: inserted %v, %v", ins, err)
-	}
-	type recResult struct {
-		existing      store.EventStatus
-		inserted, set bool
-	}
-	got := async(func() (recResult, error) {
-		existing, inserted, isSet, _, err := s.RecordEventSetStreamTx(ctx, b.tx, evKey, start, sk, []byte(`{"v":1}`), []byte(`{"v":2}`))
-		return recResult{existing, inserted, isSet}, err
-	})
-	t.Cleanup(func() { a.rollback(); <-got.done; b.rollback() })
-	waitBlocked(t, bundle.pool, b.pid, got)
-	a.commit(t)
-	if r, err := receive(t, got); err != nil || r != (recResult{existing: store.EventDone}) {
-		t.Fatalf("after A committed: %+v, %v; want a duplicate, done", r, err)
-	}
-	b.commit(t)
-	if st, _ := streamState(t, bundle.pool, sk); string(st) != `{"v":1}` {
-		t.Fatalf("the duplicate moved the stream to %q", st)
+	for _, commit := range []bool{true, false} {
+		t.Run("commit="+strconv.FormatBool(commit), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s, bundle, sk := streamAtV1(t)
+			evKey := store.EventKey{Source: "src", ID: "e1"}
+			a, b := holdTx(t, s), holdTx(t, s)
+			if _, ins, err := s.RecordEventTx(ctx, a.tx, evKey, start); err != nil || !ins {
+				t.Fatalf("A: inserted %v, %v", ins, err)
+			}
+			got := async(func() (error, error) { return setLater(ctx, s, b.tx, sk, "e1", `{"v":1}`, `{"v":2}`) })
+			t.Cleanup(func() { a.rollback(); <-got.done; b.rollback() })
+			waitBlocked(t, bundle.pool, b.pid, got)
+			// A locks the stream now, as the locked path does after its
+			// record: the set must not hold it.
+			if _, err := s.LockStreamTx(ctx, a.tx, sk); err != nil {
+				t.Fatalf("A could not lock the stream while the set waited: %v", err)
+			}
+			if commit {
+				a.commit(t)
+			} else {
+				a.rollback()
+			}
+			stmtErr, failedErr := receive(t, got)
+			if commit && (!errors.Is(stmtErr, store.ErrDuplicate) || !errors.Is(failedErr, store.ErrDuplicate)) {
+				t.Fatalf("after A committed: %v, failed() %v; want a duplicate", stmtErr, failedErr)
+			}
+			if !commit && (stmtErr != nil || failedErr != nil) {
+				t.Fatalf("after A rolled back: %v, failed() %v; want set", stmtErr, failedErr)
+			}
+			if err := b.end(nil); commit != (err != nil) {
+				t.Fatalf("the set's commit: %v", err)
+			}
+			wantState := map[bool]string{true: `{"v":1}`, false: `{"v":2}`}[commit]
+			if st, _ := streamState(t, bundle.pool, sk); string(st) != wantState {
+				t.Fatalf("state %q, want %s", st, wantState)
+			}
+		})
 	}
 }

@@ -39,8 +39,11 @@ type lazyTx struct {
 	// tx is the transaction once begun: from the batch whose first query
 	// began it. A failed begin leaves a closed one.
 	tx pgx.Tx
-	// pending are the writes later queued, sent before anything else.
+	// pending are the writes later queued, sent before anything else;
+	// watched holds, for each, where to report its failure (laterWatched),
+	// or nil.
 	pending []*pgx.QueuedQuery
+	watched []*error
 	// direct is set once the caller may reach the connection around tx
 	// (a savepoint, the raw connection): nothing is queued any more.
 	direct bool
@@ -62,10 +65,28 @@ func newLazyTx(conn *pgxpool.Conn) *lazyTx { return &lazyTx{conn: conn} }
 func later(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
 	if t, ok := tx.(*lazyTx); ok && !t.closed && !t.direct {
 		t.pending = append(t.pending, &pgx.QueuedQuery{SQL: sql, Arguments: args})
+		t.watched = append(t.watched, nil)
 		return nil
 	}
 	_, err := tx.Exec(ctx, sql, args...)
 	return err
+}
+
+// laterWatched is later, and also returns failed, which reports the
+// failure of the write (or of one that went out ahead of it and kept it
+// from running) once it has gone out with a later statement or the commit,
+// and nil before that or when it succeeded: the statement it went out with
+// fails with it too, and its caller can tell the two apart. Where the
+// write runs at once, its failure is err, and failed reports nil.
+func laterWatched(ctx context.Context, tx pgx.Tx, sql string, args ...any) (failed func() error, err error) {
+	if t, ok := tx.(*lazyTx); ok && !t.closed && !t.direct {
+		var ferr error
+		t.pending = append(t.pending, &pgx.QueuedQuery{SQL: sql, Arguments: args})
+		t.watched = append(t.watched, &ferr)
+		return func() error { return ferr }, nil
+	}
+	_, err = tx.Exec(ctx, sql, args...)
+	return func() error { return nil }, err
 }
 
 // heads is how many queries go out ahead of the caller's: BEGIN when the
@@ -96,7 +117,8 @@ func (t *lazyTx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	}
 	all.QueuedQueries = append(all.QueuedQueries, t.pending...)
 	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
-	t.pending = nil
+	watched := t.watched
+	t.pending, t.watched = nil, nil
 	var br pgx.BatchResults
 	if beginning {
 		br = t.conn.SendBatch(ctx, all)
@@ -109,6 +131,17 @@ func (t *lazyTx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 			_ = br.Close()
 			if !beginning || i > 0 {
 				err = fmt.Errorf("%w: %w", errQueued, interpretError(err))
+			}
+			// The write that failed and those after it, which the
+			// server skipped: each watcher learns what stopped it.
+			first := i
+			if beginning {
+				first = max(i-1, 0)
+			}
+			for _, w := range watched[first:] {
+				if w != nil {
+					*w = err
+				}
 			}
 			return pgx.FailedBatchResults(b, err)
 		}
@@ -228,7 +261,7 @@ func (t *lazyTx) Rollback(ctx context.Context) error {
 		return pgx.ErrTxClosed
 	}
 	defer t.release()
-	t.pending = nil
+	t.pending, t.watched = nil, nil
 	if t.tx == nil {
 		return nil
 	}
@@ -239,7 +272,7 @@ func (t *lazyTx) Rollback(ctx context.Context) error {
 // it unless it is idle outside a transaction.
 func (t *lazyTx) release() {
 	t.closed = true
-	t.pending = nil
+	t.pending, t.watched = nil, nil
 	t.conn.Release()
 }
 
