@@ -643,17 +643,7 @@ func TestInboxEventBytes(t *testing.T) {
 func TestInboxTxFromAnotherHandle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, path := openMigrated(t, nil)
-	s, err := New(db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	other, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
+	s, db, other := twoHandles(t)
 	for i, h := range []*sql.DB{db, other, db} {
 		tx, err := h.BeginTx(ctx, nil)
 		if err != nil {
@@ -678,4 +668,57 @@ func TestInboxTxFromAnotherHandle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestCompleteTxFromAnotherHandle: a request key's completion in the
+// caller's transaction runs the store's prepared statement bound to that
+// transaction, and a transaction from another handle on the same file runs
+// it unprepared instead of failing; its fence holds either way.
+func TestCompleteTxFromAnotherHandle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, db, other := twoHandles(t)
+	for i, h := range []*sql.DB{db, other, db, other} {
+		c := mustClaim(t, s, claimParams(fmt.Sprint("k", i), "fp", "o1"))
+		f := fenceOf(c.Record)
+		complete := func(f store.Fence) error {
+			tx, err := h.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.CompleteTx(ctx, tx, store.CompleteParams{Fence: f, Response: []byte("ok"), Retention: time.Hour}); err != nil {
+				tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}
+		stale := f
+		stale.Epoch++
+		if err := complete(stale); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("handle %d: a stale fence completed: %v", i, err)
+		}
+		if err := complete(f); err != nil {
+			t.Fatalf("handle %d: %v", i, err)
+		}
+		if got, err := s.Get(ctx, f.Key); err != nil || got.State != store.StateDone || string(got.Response) != "ok" {
+			t.Fatalf("handle %d: %+v, %v; want done", i, got, err)
+		}
+	}
+}
+
+// twoHandles returns a store on a new migrated file, the handle it was
+// made with, and another handle on the same file.
+func twoHandles(t *testing.T) (s *Store, db, other *sql.DB) {
+	t.Helper()
+	db, path := openMigrated(t, nil)
+	s, err := New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if other, err = Open(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return s, db, other
 }

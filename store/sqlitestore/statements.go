@@ -30,8 +30,10 @@ var (
 
 // stmt is one of the store's statements, prepared once on the pool:
 // compiling SQL costs about a third of a point read's CPU time with this
-// driver. Inside a transaction it runs unprepared, so that a caller's
-// transaction from any handle works.
+// driver. Inside a transaction it is bound to the transaction's
+// connection, where database/sql keeps it prepared across transactions
+// (txExec); a caller's transaction from another handle on the file runs
+// the SQL unprepared instead.
 type stmt struct {
 	query string
 	pool  *sql.Stmt
@@ -85,20 +87,23 @@ func (st *statements) close() error {
 	return errors.Join(errs...)
 }
 
-// exec runs the statement in tx, or on the pool when tx is nil.
+// exec runs the statement in tx, prepared (txExec), or on the pool when
+// tx is nil.
 func (s stmt) exec(ctx context.Context, tx *sql.Tx, args ...any) (sql.Result, error) {
 	if tx != nil {
-		return tx.ExecContext(ctx, s.query, args...)
+		return s.txExec(ctx, tx, args...)
 	}
 	return s.pool.ExecContext(ctx, args...)
 }
 
-// queryRow runs the statement in tx, or on the pool when tx is nil.
-func (s stmt) queryRow(ctx context.Context, tx *sql.Tx, args ...any) *sql.Row {
+// queryRowScan runs the one-row statement in tx, prepared
+// (txQueryRowScan), or on the pool when tx is nil, and scans its row into
+// dst.
+func (s stmt) queryRowScan(ctx context.Context, tx *sql.Tx, args []any, dst ...any) error {
 	if tx != nil {
-		return tx.QueryRowContext(ctx, s.query, args...)
+		return s.txQueryRowScan(ctx, tx, args, dst...)
 	}
-	return s.pool.QueryRowContext(ctx, args...)
+	return s.pool.QueryRowContext(ctx, args...).Scan(dst...)
 }
 
 // errOtherDB is how database/sql refuses a statement prepared on another
