@@ -96,14 +96,24 @@ func (s *Store) UpdateApp(ctx context.Context, a store.App) error {
 // readApps reads the applications a query of appSelectSQL finds, with
 // their token hashes.
 func (s *Store) readApps(ctx context.Context, where string, args ...any) ([]store.App, error) {
-	return readApps(ctx, s.db, where, args...)
+	return readApps(ctx, s.stmts.on(nil), where, args...)
 }
+
+// The WHERE clauses readApps is called with; appsQuery(where) of each is
+// prepared (preparedByText).
+const (
+	appsByName  = "WHERE name = :name"
+	appsByToken = "WHERE name = (SELECT app FROM idem_app_tokens WHERE hash = :hash)"
+)
+
+// appsQuery is the query readApps runs for where.
+func appsQuery(where string) string { return appSelectSQL + " " + where + " ORDER BY name" }
 
 // readApps reads with q (the pool, or a transaction).
 func readApps(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }, where string, args ...any) ([]store.App, error) {
-	rows, err := q.QueryContext(ctx, appSelectSQL+" "+where+" ORDER BY name", args...)
+	rows, err := q.QueryContext(ctx, appsQuery(where), args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -145,7 +155,7 @@ func readApps(ctx context.Context, q interface {
 
 // GetApp implements store.AppStore.
 func (s *Store) GetApp(ctx context.Context, name string) (store.App, error) {
-	a, err := oneApp(s.readApps(ctx, "WHERE name = :name", sql.Named("name", name)))
+	a, err := oneApp(s.readApps(ctx, appsByName, sql.Named("name", name)))
 	if err != nil {
 		return store.App{}, appError("get app", name, err)
 	}
@@ -157,7 +167,7 @@ func (s *Store) GetAppTx(ctx context.Context, tx *sql.Tx, name string) (store.Ap
 	if tx == nil {
 		return store.App{}, appError("get app", name, errors.New("tx is nil"))
 	}
-	a, err := oneApp(readApps(ctx, tx, "WHERE name = :name", sql.Named("name", name)))
+	a, err := oneApp(readApps(ctx, s.stmts.on(tx), appsByName, sql.Named("name", name)))
 	if err != nil {
 		return store.App{}, appError("get app", name, err)
 	}
@@ -177,7 +187,7 @@ func oneApp(apps []store.App, err error) (store.App, error) {
 
 // AppByToken implements store.AppStore.
 func (s *Store) AppByToken(ctx context.Context, hash []byte) (store.App, error) {
-	a, err := oneApp(s.readApps(ctx, "WHERE name = (SELECT app FROM idem_app_tokens WHERE hash = :hash)", sql.Named("hash", hash)))
+	a, err := oneApp(s.readApps(ctx, appsByToken, sql.Named("hash", hash)))
 	if err != nil {
 		return store.App{}, fmt.Errorf("sqlitestore: app by token: %w", err)
 	}

@@ -53,7 +53,7 @@ func execError(op, app, id string, err error) error {
 
 // insertOnce runs an INSERT … ON CONFLICT DO NOTHING and reports
 // store.ErrDuplicate when it inserted nothing.
-func insertOnce(ctx context.Context, tx *sql.Tx, query string, args ...any) error {
+func insertOnce(ctx context.Context, tx dbtx, query string, args ...any) error {
 	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {
 		return interpretError(err)
@@ -68,7 +68,7 @@ func insertOnce(ctx context.Context, tx *sql.Tx, query string, args ...any) erro
 
 // insertExecution writes an execution created at createdAt, with its
 // events, numbered from 1.
-func insertExecution(ctx context.Context, tx *sql.Tx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, workflow string, version int, evs ...store.Event) error {
+func insertExecution(ctx context.Context, tx dbtx, app, id, taskID string, number int, status store.ExecutionStatus, createdAt time.Time, workflow string, version int, evs ...store.Event) error {
 	if err := insertOnce(ctx, tx, executionInsertSQL, sql.Named("app", app), sql.Named("id", id), sql.Named("task_id", taskID),
 		sql.Named("number", number), sql.Named("status", int(status)), sql.Named("last_seq", len(evs)), sql.Named("created_at", toMicros(createdAt)),
 		sql.Named("workflow", workflow), sql.Named("version", version)); err != nil {
@@ -82,7 +82,7 @@ func insertExecution(ctx context.Context, tx *sql.Tx, app, id, taskID string, nu
 	return nil
 }
 
-func insertEvent(ctx context.Context, tx *sql.Tx, app, executionID string, seq int64, ev store.Event) error {
+func insertEvent(ctx context.Context, tx dbtx, app, executionID string, seq int64, ev store.Event) error {
 	_, err := tx.ExecContext(ctx, executionEventInsertSQL, sql.Named("app", app), sql.Named("execution_id", executionID),
 		sql.Named("seq", seq), sql.Named("type", ev.Type), sql.Named("data", ev.Data), sql.Named("at", toMicros(ev.Time)))
 	return interpretError(err)
@@ -97,12 +97,12 @@ func (s *Store) CreateTaskTx(ctx context.Context, tx *sql.Tx, t store.NewTask) e
 	if task.App == "" || task.ID == "" || t.ExecutionID == "" || t.Status == 0 {
 		return execError("create task", task.App, task.ID, errors.New("app, task id, execution id and status are required"))
 	}
-	if err := insertOnce(ctx, tx, taskInsertSQL, sql.Named("app", task.App), sql.Named("id", task.ID), sql.Named("type", task.Type),
+	if err := insertOnce(ctx, s.stmts.on(tx), taskInsertSQL, sql.Named("app", task.App), sql.Named("id", task.ID), sql.Named("type", task.Type),
 		sql.Named("input", nonNil(task.Input)), sql.Named("external_ref", task.ExternalRef), sql.Named("deadline", toMicros(task.Deadline)),
 		sql.Named("current_execution", t.ExecutionID), sql.Named("status", int(t.Status)), sql.Named("created_at", toMicros(task.CreatedAt))); err != nil {
 		return execError("create task", task.App, task.ID, err)
 	}
-	if err := insertExecution(ctx, tx, task.App, t.ExecutionID, task.ID, 1, t.Status, task.CreatedAt, t.Workflow, t.Version,
+	if err := insertExecution(ctx, s.stmts.on(tx), task.App, t.ExecutionID, task.ID, 1, t.Status, task.CreatedAt, t.Workflow, t.Version,
 		append([]store.Event{t.Event}, t.More...)...); err != nil {
 		return execError("create task", task.App, task.ID, err)
 	}
@@ -119,13 +119,13 @@ func (s *Store) RerunTx(ctx context.Context, tx *sql.Tx, r store.Rerun) (store.E
 		return store.Execution{}, execError("rerun", app, taskID, errors.New("tx is nil"))
 	}
 	var number int
-	if err := tx.QueryRowContext(ctx, taskCurrentSQL, sql.Named("app", app), sql.Named("id", taskID)).Scan(&number); err != nil {
+	if err := s.stmts.on(tx).QueryRowContext(ctx, taskCurrentSQL, sql.Named("app", app), sql.Named("id", taskID)).Scan(&number); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, interpretError(err))
 	}
-	if err := insertExecution(ctx, tx, app, executionID, taskID, number+1, status, ev.Time, r.Workflow, r.Version, ev); err != nil {
+	if err := insertExecution(ctx, s.stmts.on(tx), app, executionID, taskID, number+1, status, ev.Time, r.Workflow, r.Version, ev); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, err)
 	}
-	if _, err := tx.ExecContext(ctx, taskMoveSQL, sql.Named("app", app), sql.Named("id", taskID),
+	if _, err := s.stmts.on(tx).ExecContext(ctx, taskMoveSQL, sql.Named("app", app), sql.Named("id", taskID),
 		sql.Named("execution_id", executionID), sql.Named("status", int(status))); err != nil {
 		return store.Execution{}, execError("rerun", app, taskID, interpretError(err))
 	}
@@ -152,23 +152,23 @@ func (s *Store) TransitionTx(ctx context.Context, tx *sql.Tx, t store.Transition
 		return store.Execution{}, false, execError("transition", t.App, t.ID, errors.New("tx is nil"))
 	}
 	e := store.Execution{App: t.App, ID: t.ID}
-	err := scanExecution(tx.QueryRowContext(ctx, executionTransitionSQL,
+	err := scanExecution(s.stmts.on(tx).QueryRowContext(ctx, executionTransitionSQL,
 		sql.Named("app", t.App), sql.Named("id", t.ID), sql.Named("from", int(t.From)), sql.Named("to", int(t.To)),
 		sql.Named("started_at", toMicros(t.StartedAt)), sql.Named("finished_at", toMicros(t.FinishedAt)),
 		sql.Named("has_output", t.Output != nil), sql.Named("output", t.Output), sql.Named("error", t.Error),
 		sql.Named("progress", t.Progress), sql.Named("reopen", t.Reopen)), &e)
 	if errors.Is(err, sql.ErrNoRows) {
 		// Not in t.From, or no such execution: the row says which.
-		err = scanExecution(tx.QueryRowContext(ctx, executionGetSQL, sql.Named("app", t.App), sql.Named("id", t.ID)), &e)
+		err = scanExecution(s.stmts.on(tx).QueryRowContext(ctx, executionGetSQL, sql.Named("app", t.App), sql.Named("id", t.ID)), &e)
 		return e, false, execError("transition", t.App, t.ID, interpretError(err))
 	}
 	if err != nil {
 		return store.Execution{}, false, execError("transition", t.App, t.ID, interpretError(err))
 	}
-	if err := insertEvent(ctx, tx, t.App, t.ID, e.LastSequence, t.Event); err != nil {
+	if err := insertEvent(ctx, s.stmts.on(tx), t.App, t.ID, e.LastSequence, t.Event); err != nil {
 		return store.Execution{}, false, execError("transition", t.App, t.ID, err)
 	}
-	if _, err := tx.ExecContext(ctx, taskStatusSQL, sql.Named("app", t.App), sql.Named("id", e.TaskID),
+	if _, err := s.stmts.on(tx).ExecContext(ctx, taskStatusSQL, sql.Named("app", t.App), sql.Named("id", e.TaskID),
 		sql.Named("execution_id", t.ID), sql.Named("status", int(e.Status))); err != nil {
 		return store.Execution{}, false, execError("transition", t.App, t.ID, interpretError(err))
 	}
@@ -181,16 +181,16 @@ func (s *Store) AppendEventTx(ctx context.Context, tx *sql.Tx, app, executionID 
 		return 0, execError("append event", app, executionID, errors.New("tx is nil"))
 	}
 	var seq int64
-	if err := tx.QueryRowContext(ctx, executionProgressSQL, sql.Named("app", app), sql.Named("id", executionID),
+	if err := s.stmts.on(tx).QueryRowContext(ctx, executionProgressSQL, sql.Named("app", app), sql.Named("id", executionID),
 		sql.Named("progress", progress)).Scan(&seq); err != nil {
 		return 0, execError("append event", app, executionID, interpretError(err))
 	}
-	return seq, execError("append event", app, executionID, insertEvent(ctx, tx, app, executionID, seq, ev))
+	return seq, execError("append event", app, executionID, insertEvent(ctx, s.stmts.on(tx), app, executionID, seq, ev))
 }
 
 // GetTask implements store.ExecutionStore.
 func (s *Store) GetTask(ctx context.Context, app, id string) (store.Task, error) {
-	return s.getTask(ctx, s.db, app, id)
+	return s.getTask(ctx, s.stmts.on(nil), app, id)
 }
 
 // GetTaskTx implements store.ExecutionStore.
@@ -198,7 +198,7 @@ func (s *Store) GetTaskTx(ctx context.Context, tx *sql.Tx, app, id string) (stor
 	if tx == nil {
 		return store.Task{}, execError("get task", app, id, errors.New("tx is nil"))
 	}
-	return s.getTask(ctx, tx, app, id)
+	return s.getTask(ctx, s.stmts.on(tx), app, id)
 }
 
 // querier is a *sql.DB or a *sql.Tx.
@@ -228,7 +228,7 @@ func scanTask(row interface{ Scan(...any) error }) (store.Task, error) {
 
 // GetExecution implements store.ExecutionStore.
 func (s *Store) GetExecution(ctx context.Context, app, id string) (store.Execution, error) {
-	return s.getExecution(ctx, s.db, app, id)
+	return s.getExecution(ctx, s.stmts.on(nil), app, id)
 }
 
 // GetExecutionTx implements store.ExecutionStore.
@@ -236,7 +236,7 @@ func (s *Store) GetExecutionTx(ctx context.Context, tx *sql.Tx, app, id string) 
 	if tx == nil {
 		return store.Execution{}, execError("get execution", app, id, errors.New("tx is nil"))
 	}
-	return s.getExecution(ctx, tx, app, id)
+	return s.getExecution(ctx, s.stmts.on(tx), app, id)
 }
 
 func (s *Store) getExecution(ctx context.Context, q querier, app, id string) (store.Execution, error) {

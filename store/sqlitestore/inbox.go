@@ -78,7 +78,7 @@ func (s *Store) RecordEventTx(ctx context.Context, tx *sql.Tx, key store.EventKe
 		return 0, true, nil
 	}
 	var status int64
-	if err := tx.QueryRowContext(ctx, inboxStatusSQL, args...).Scan(&status); err != nil {
+	if err := s.stmts.on(tx).QueryRowContext(ctx, inboxStatusSQL, args...).Scan(&status); err != nil {
 		return 0, false, eventError("record event", key, interpretError(err))
 	}
 	return store.EventStatus(status), false, nil
@@ -130,7 +130,7 @@ func (s *Store) ParkTx(ctx context.Context, tx *sql.Tx, key store.StreamKey, ev 
 		return streamError("park", key, errors.New("tx is nil"))
 	}
 	args := append(streamArgs(key), sql.Named("seq", ev.Sequence), sql.Named("event", nonNil(ev.Event)))
-	res, err := tx.ExecContext(ctx, parkSQL, args...)
+	res, err := s.stmts.on(tx).ExecContext(ctx, parkSQL, args...)
 	if err != nil {
 		return streamError("park", key, interpretError(err))
 	}
@@ -188,7 +188,7 @@ func (s *Store) DropParkedTx(ctx context.Context, tx *sql.Tx, key store.StreamKe
 // those it found, by sequence.
 func (s *Store) deleteParked(ctx context.Context, tx *sql.Tx, key store.StreamKey, seqs []int64) (map[int64][]byte, error) {
 	args := append(streamArgs(key), sql.Named("seqs", jsonInts(seqs)))
-	rows, err := tx.QueryContext(ctx, unparkSQL, args...)
+	rows, err := s.stmts.on(tx).QueryContext(ctx, unparkSQL, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -237,7 +237,7 @@ func (s *Store) RecordGapTx(ctx context.Context, tx *sql.Tx, g store.GapRecord) 
 		sql.Named("delta", boolInt(g.Delta)),
 		sql.Named("first_seen", toMicros(g.FirstSeen)),
 	)
-	if _, err := tx.ExecContext(ctx, gapRecordSQL, args...); err != nil {
+	if _, err := s.stmts.on(tx).ExecContext(ctx, gapRecordSQL, args...); err != nil {
 		return streamError("record gap", g.Stream, interpretError(err))
 	}
 	return nil
@@ -249,7 +249,7 @@ func (s *Store) DeadLetterTx(ctx context.Context, tx *sql.Tx, d store.DeadLetter
 	if tx == nil {
 		return 0, eventError("dead letter", d.Key, errors.New("tx is nil"))
 	}
-	_, err := tx.ExecContext(ctx, deadLetterMarkSQL,
+	_, err := s.stmts.on(tx).ExecContext(ctx, deadLetterMarkSQL,
 		sql.Named("source", d.Key.Source),
 		sql.Named("id", d.Key.ID),
 		sql.Named("received_at", toMicros(d.LastFailed)),
@@ -258,7 +258,7 @@ func (s *Store) DeadLetterTx(ctx context.Context, tx *sql.Tx, d store.DeadLetter
 		return 0, eventError("dead letter", d.Key, interpretError(err))
 	}
 	var id int64
-	err = tx.QueryRowContext(ctx, deadLetterInsertSQL,
+	err = s.stmts.on(tx).QueryRowContext(ctx, deadLetterInsertSQL,
 		sql.Named("source", d.Key.Source),
 		sql.Named("event_id", d.Key.ID),
 		sql.Named("stream_source", d.Stream.Source),
@@ -281,11 +281,11 @@ func (s *Store) TakeDeadLetterTx(ctx context.Context, tx *sql.Tx, id int64) (sto
 	if tx == nil {
 		return store.DeadLetter{}, false, fmt.Errorf("sqlitestore: take dead letter %d: tx is nil", id)
 	}
-	d, err := scanDeadLetter(tx.QueryRowContext(ctx, deadLetterTakeSQL, sql.Named("id", id)))
+	d, err := scanDeadLetter(s.stmts.on(tx).QueryRowContext(ctx, deadLetterTakeSQL, sql.Named("id", id)))
 	if err != nil {
 		return store.DeadLetter{}, false, fmt.Errorf("sqlitestore: take dead letter %d: %w", id, interpretError(err))
 	}
-	res, err := tx.ExecContext(ctx, deadLetterUnmarkSQL, sql.Named("source", d.Key.Source), sql.Named("id", d.Key.ID))
+	res, err := s.stmts.on(tx).ExecContext(ctx, deadLetterUnmarkSQL, sql.Named("source", d.Key.Source), sql.Named("id", d.Key.ID))
 	if err != nil {
 		return store.DeadLetter{}, false, fmt.Errorf("sqlitestore: take dead letter %d: %w", id, interpretError(err))
 	}
@@ -413,7 +413,7 @@ func (s *Store) SweepInbox(ctx context.Context, before time.Time, limit int) (in
 	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		total = 0
 		for _, query := range []string{inboxSweepSQL, gapsSweepSQL} {
-			res, err := tx.ExecContext(ctx, query, args...)
+			res, err := s.stmts.on(tx).ExecContext(ctx, query, args...)
 			if err != nil {
 				return interpretError(err)
 			}

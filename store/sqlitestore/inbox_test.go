@@ -722,3 +722,46 @@ func twoHandles(t *testing.T) (s *Store, db, other *sql.DB) {
 	t.Cleanup(func() { other.Close() })
 	return s, db, other
 }
+
+// TestPreparedOnAnotherHandle: the statements statements.on runs prepared
+// work in a transaction of the store's handle, of another handle on the
+// same file (which cannot use them, and runs their text), and on the pool,
+// through each of Exec, QueryRow and Query; and a text that is not one of
+// them runs as it is.
+func TestPreparedOnAnotherHandle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, db, other := twoHandles(t)
+	check := func(what string, q dbtx) {
+		t.Helper()
+		if _, err := q.ExecContext(ctx, taskStatusSQL, sql.Named("app", "a"), sql.Named("id", "t"),
+			sql.Named("execution_id", "e"), sql.Named("status", 1)); err != nil {
+			t.Errorf("%s: exec: %v", what, err)
+		}
+		var id string
+		if err := q.QueryRowContext(ctx, taskGetSQL, sql.Named("app", "a"), sql.Named("id", "t")).Scan(&id); !errors.Is(err, sql.ErrNoRows) {
+			t.Errorf("%s: query row: %v, want no rows", what, err)
+		}
+		rows, err := q.QueryContext(ctx, unparkSQL, sql.Named("source", "s"), sql.Named("subject", "o"), sql.Named("seqs", "[1]"))
+		if err != nil {
+			t.Errorf("%s: query: %v", what, err)
+		} else if rows.Next() || rows.Close() != nil {
+			t.Errorf("%s: query: a row, or %v", what, rows.Err())
+		}
+		var one int
+		if err := q.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+			t.Errorf("%s: an unprepared text: %d, %v", what, one, err)
+		}
+	}
+	check("the pool", s.stmts.on(nil))
+	for _, h := range []*sql.DB{db, other, db} {
+		tx, err := h.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(map[bool]string{true: "the store's handle", false: "another handle"}[h == db], s.stmts.on(tx))
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

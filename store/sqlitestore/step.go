@@ -55,7 +55,7 @@ func (s *Store) AddStepTx(ctx context.Context, tx *sql.Tx, st store.Step) error 
 	if st.App == "" || st.ID == "" || st.ExecutionID == "" || st.Status == 0 {
 		return execError("add step", st.App, st.ID, errors.New("app, id, execution id and status are required"))
 	}
-	return execError("add step", st.App, st.ID, insertOnce(ctx, tx, stepInsertSQL, sql.Named("app", st.App), sql.Named("id", st.ID),
+	return execError("add step", st.App, st.ID, insertOnce(ctx, s.stmts.on(tx), stepInsertSQL, sql.Named("app", st.App), sql.Named("id", st.ID),
 		sql.Named("execution_id", st.ExecutionID), sql.Named("name", st.Name), sql.Named("type", st.Type), sql.Named("once", st.Once),
 		sql.Named("status", int(st.Status)), sql.Named("due_at", toMicros(st.DueAt)), sql.Named("idempotency_key", st.IdempotencyKey),
 		sql.Named("created_at", toMicros(st.CreatedAt))))
@@ -77,7 +77,7 @@ func (s *Store) ClaimStepsTx(ctx context.Context, tx *sql.Tx, c store.StepClaim)
 	}
 	var out []store.Step
 	for range max(c.Limit, 1) {
-		st, ok, err := claimStep(ctx, tx, c, string(types))
+		st, ok, err := claimStep(ctx, s.stmts.on(tx), c, string(types))
 		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: claim steps: %w", err)
 		}
@@ -90,7 +90,7 @@ func (s *Store) ClaimStepsTx(ctx context.Context, tx *sql.Tx, c store.StepClaim)
 }
 
 // claimStep claims the oldest claimable step; types is c.Types as JSON.
-func claimStep(ctx context.Context, tx *sql.Tx, c store.StepClaim, types string) (store.Step, bool, error) {
+func claimStep(ctx context.Context, tx dbtx, c store.StepClaim, types string) (store.Step, bool, error) {
 	now := toMicros(c.Now)
 	// The oldest candidate: the first due dispatched step of each type (an
 	// index seek each), and the first expired one.
@@ -142,13 +142,13 @@ func (s *Store) UpdateStepTx(ctx context.Context, tx *sql.Tx, u store.StepUpdate
 		return store.Step{}, false, execError("update step", u.App, u.ID, errors.New("tx is nil"))
 	}
 	st := store.Step{App: u.App}
-	err := scanStep(tx.QueryRowContext(ctx, stepUpdateSQL, sql.Named("app", u.App), sql.Named("id", u.ID),
+	err := scanStep(s.stmts.on(tx).QueryRowContext(ctx, stepUpdateSQL, sql.Named("app", u.App), sql.Named("id", u.ID),
 		sql.Named("from", int(u.From)), sql.Named("epoch", u.Epoch), sql.Named("owner", u.Owner), sql.Named("status", int(u.Status)),
 		sql.Named("clear", u.ClearClaim), sql.Named("lease_until", toMicros(u.LeaseUntil)), sql.Named("due_at", toMicros(u.DueAt)),
 		sql.Named("has_output", u.Output != nil), sql.Named("output", u.Output), sql.Named("error", u.Error),
 		sql.Named("cancel", u.CancelRequested)), &st)
 	if errors.Is(err, sql.ErrNoRows) {
-		err = scanStep(tx.QueryRowContext(ctx, stepGetSQL, sql.Named("app", u.App), sql.Named("id", u.ID)), &st)
+		err = scanStep(s.stmts.on(tx).QueryRowContext(ctx, stepGetSQL, sql.Named("app", u.App), sql.Named("id", u.ID)), &st)
 		return st, false, execError("update step", u.App, u.ID, interpretError(err))
 	}
 	if err != nil {
@@ -159,7 +159,7 @@ func (s *Store) UpdateStepTx(ctx context.Context, tx *sql.Tx, u store.StepUpdate
 
 // GetStep implements store.StepStore.
 func (s *Store) GetStep(ctx context.Context, app, id string) (store.Step, error) {
-	return s.getStep(ctx, s.db, app, id)
+	return s.getStep(ctx, s.stmts.on(nil), app, id)
 }
 
 // GetStepTx implements store.StepStore.
@@ -167,7 +167,7 @@ func (s *Store) GetStepTx(ctx context.Context, tx *sql.Tx, app, id string) (stor
 	if tx == nil {
 		return store.Step{}, execError("get step", app, id, errors.New("tx is nil"))
 	}
-	return s.getStep(ctx, tx, app, id)
+	return s.getStep(ctx, s.stmts.on(tx), app, id)
 }
 
 func (s *Store) getStep(ctx context.Context, q querier, app, id string) (store.Step, error) {

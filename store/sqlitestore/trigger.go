@@ -36,7 +36,7 @@ func (s *Store) TakeTriggerTx(ctx context.Context, tx *sql.Tx, t store.Trigger) 
 	if t.App == "" || t.Workflow == "" || len(t.Key) == 0 || len(t.Fingerprint) == 0 || t.ExecutionID == "" {
 		return store.Trigger{}, false, errors.New("sqlitestore: take trigger: app, workflow, key, fingerprint and execution id are required")
 	}
-	res, err := tx.ExecContext(ctx, triggerInsertSQL, triggerArgs(t)...)
+	res, err := s.stmts.on(tx).ExecContext(ctx, triggerInsertSQL, triggerArgs(t)...)
 	if err != nil {
 		return store.Trigger{}, false, fmt.Errorf("sqlitestore: take trigger: %w", interpretError(err))
 	}
@@ -46,7 +46,7 @@ func (s *Store) TakeTriggerTx(ctx context.Context, tx *sql.Tx, t store.Trigger) 
 	}
 	cur := store.Trigger{App: t.App, Workflow: t.Workflow, Key: t.Key}
 	var created, expires int64
-	err = tx.QueryRowContext(ctx, triggerGetSQL, triggerArgs(t)...).Scan(&cur.Fingerprint, &cur.ExecutionID, &cur.Generation, &created, &expires)
+	err = s.stmts.on(tx).QueryRowContext(ctx, triggerGetSQL, triggerArgs(t)...).Scan(&cur.Fingerprint, &cur.ExecutionID, &cur.Generation, &created, &expires)
 	if err != nil {
 		return store.Trigger{}, false, fmt.Errorf("sqlitestore: take trigger: %w", interpretError(err))
 	}
@@ -59,7 +59,7 @@ func (s *Store) ReplaceTriggerTx(ctx context.Context, tx *sql.Tx, t store.Trigge
 	if tx == nil {
 		return false, errors.New("sqlitestore: replace trigger: tx is nil")
 	}
-	res, err := tx.ExecContext(ctx, triggerReplaceSQL, triggerArgs(t)...)
+	res, err := s.stmts.on(tx).ExecContext(ctx, triggerReplaceSQL, triggerArgs(t)...)
 	if err != nil {
 		return false, fmt.Errorf("sqlitestore: replace trigger: %w", interpretError(err))
 	}
