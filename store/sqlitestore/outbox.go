@@ -194,7 +194,7 @@ func (s *Store) CompleteIntents(ctx context.Context, fences []store.IntentFence,
 	}
 	err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		for i, f := range fences {
-			res, err := tx.ExecContext(ctx, s.stmts.outboxComplete.query, sql.Named("status", int64(statuses[i])), sql.Named("done_at", toMicros(at)),
+			res, err := s.stmts.outboxComplete.exec(ctx, tx, sql.Named("status", int64(statuses[i])), sql.Named("done_at", toMicros(at)),
 				sql.Named("id", f.ID), sql.Named("epoch", f.Epoch), sql.Named("owner", f.Owner))
 			if err != nil {
 				return interpretError(err)
