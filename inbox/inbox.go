@@ -157,8 +157,10 @@ type Config struct {
 	// apply is costly and duplicates come in floods. During a rollout that
 	// changes it, two processors of different settings handling one event
 	// at once may deadlock (PostgreSQL aborts one, whose event is
-	// answered unavailable and redelivered). Ordered events are always
-	// recorded first. Defaults to false.
+	// answered unavailable and redelivered). Ordered events are recorded
+	// first, except the next event in order on a stream the processor
+	// remembers (StreamCache), whose record goes out with the apply's
+	// first statement. Defaults to false.
 	RecordFirst bool
 	// MaxParked bounds the parked sequences per delta stream (see
 	// order.Config). Defaults to order.DefaultMaxParked (1024).
@@ -178,7 +180,10 @@ type Config struct {
 	// lock, a transaction more, after which the processor decides that
 	// stream's next 8 events under its lock before it guesses again, so
 	// that a stream whose events alternate between processes costs about
-	// what it does without the cache. Negative turns it off. Defaults to
+	// what it does without the cache. The apply function's Go code may
+	// thus run for an event that turns out recorded already (none of its
+	// statements then runs), which the ApplyFunc contract (write only
+	// through tx) makes harmless. Negative turns it off. Defaults to
 	// DefaultStreamCache (4096).
 	StreamCache int
 	// MaxAttempts is how many times a transient apply failure is tried in
@@ -384,11 +389,21 @@ type try struct {
 	// processor remembered of the stream when the attempt began.
 	known, prev *knownStream
 	// guessed is set when the attempt decided its event on prev and
-	// queued the stream's compare and set (setStreamTx); noGuess once
-	// such a guess failed (the stream had moved on, or the event was
-	// recorded), so that the same attempt runs again deciding under the
-	// stream's lock.
+	// queued the stream's compare and set (setStreamTx), and failed then
+	// reports that statement's failure once it went out; noGuess once
+	// such a guess failed (the stream had moved on, the event was
+	// recorded, or the pipeline it went out with was refused), so that
+	// the same attempt runs again deciding under the stream's lock.
 	guessed, noGuess bool
+	failed           func() error
+}
+
+// guessFailed reports whether the attempt's guess went out and failed:
+// whatever the failure, the attempt committed nothing and is run again
+// under the stream's lock, once, where an error of the apply's own is
+// met again and treated as usual.
+func (t *try) guessFailed() bool {
+	return t.guessed && !t.noGuess && t.failed != nil && t.failed() != nil
 }
 
 // errRecordFirst is an apply that failed in an attempt that applied
@@ -427,7 +442,7 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 	t := &try{doomed: map[store.EventKey]doom{}}
 	for n := 1; ; n++ {
 		t.n, t.last = n, n >= p.cfg.MaxAttempts
-		t.known, t.prev, t.guessed = nil, nil, false
+		t.known, t.prev, t.guessed, t.failed = nil, nil, false, nil
 		var res Result
 		err := p.s.InTx(ctx, func(ctx context.Context, tx TX) error {
 			var err error
@@ -448,10 +463,12 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 		)
 		var rf errRecordFirst
 		switch {
-		case t.guessed && !t.noGuess && (errors.Is(err, store.ErrStreamMoved) || errors.Is(err, store.ErrDuplicate)):
+		case t.guessFailed():
 			// The event was decided on a remembered stream state that the
-			// store no longer holds, or it was recorded before: nothing of
-			// the attempt committed. The same attempt again, under the
+			// store no longer holds, or it was recorded before, or the
+			// driver refused the pipeline the statement went out with
+			// (which an apply's statement of its own may cause): nothing
+			// of the attempt committed. The same attempt again, under the
 			// stream's lock, decides it on what the store holds.
 			t.noGuess = true
 			p.streams.missed(t.prev)
@@ -627,13 +644,15 @@ func (p *Processor[TX]) setStreamTx(ctx context.Context, tx TX, ev event.Event, 
 	t.guessed = true
 	failed, err := p.setter.RecordEventSetStreamLaterTx(ctx, tx, key, now, sk, ks.raw, next)
 	if err != nil {
+		t.failed = func() error { return err }
 		return Result{}, err
 	}
+	t.failed = failed
 	err = p.applyOnce(ctx, tx, ev, t)
 	if ferr := failed(); ferr != nil {
-		// The statement went out with apply's first one and failed: the
-		// server ran none of apply's, so apply's outcome says nothing of
-		// ev.
+		// The statement went out with apply's first one and failed, or
+		// the pipeline was refused: none of apply's statements ran, so
+		// apply's outcome says nothing of ev.
 		return Result{}, ferr
 	}
 	if err != nil {

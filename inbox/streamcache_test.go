@@ -273,3 +273,69 @@ func ledgerSeqs(t *testing.T, pool *pgxpool.Pool) []int64 {
 	}
 	return seqs
 }
+
+// TestStreamCacheApplyStatementRefused runs, on a remembered stream, an
+// event whose apply's first statement pgx refuses before sending anything
+// (it cannot prepare it, or cannot encode its argument), which makes the
+// whole pipeline fail, the queued statement of the event's record
+// included. The event must end as it does without the cache: retried and
+// dead-lettered (at once when the apply says it is invalid), and its
+// redelivery answered as a duplicate of a dead letter, never "store
+// unavailable" over and over.
+func TestStreamCacheApplyStatementRefused(t *testing.T) {
+	for _, c := range []struct {
+		name, stmt string
+		arg        any
+		invalid    bool
+		attempts   int
+	}{
+		{"parse", `INSERT INTO ledger (nosuch) VALUES ($1)`, 1, true, 1},
+		{"encode", `INSERT INTO small (v) VALUES ($1)`, int64(1) << 40, false, inbox.DefaultMaxAttempts},
+	} {
+		for _, cache := range []int{0, -1} {
+			t.Run(fmt.Sprint(c.name, "/cache=", cache), func(t *testing.T) {
+				ctx := context.Background()
+				pool, s := ledgerStore(t)
+				if _, err := pool.Exec(ctx, `CREATE TABLE small (v int4)`); err != nil {
+					t.Fatal(err)
+				}
+				apply := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+					if ev.ID == "bad" {
+						_, err := tx.Exec(ctx, c.stmt, c.arg)
+						if err != nil && c.invalid {
+							return inbox.Invalid(err)
+						}
+						return err
+					}
+					_, err := tx.Exec(ctx, `INSERT INTO ledger (seq) VALUES ($1)`, ev.Sequence)
+					return err
+				}
+				p, err := inbox.New(s, apply, &inbox.Config{Mode: order.ModeDelta, StreamCache: cache, Backoff: time.Millisecond,
+					Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				process := func(id string, seq int64) (inbox.Result, error) {
+					return p.Process(ctx, event.Event{Source: "https://shop.example/orders", ID: id, Type: "order.paid",
+						Subject: "o-1", Sequence: seq, Data: []byte(`{}`), DataContentType: "application/json"})
+				}
+				if res, err := process("e1", 1); err != nil || res.Outcome != inbox.OutcomeProcessed {
+					t.Fatalf("e1: %+v %v", res, err)
+				}
+				res, err := process("bad", 2)
+				if err != nil || res.Outcome != inbox.OutcomeDeadLettered || res.Attempts != c.attempts {
+					t.Fatalf("bad: %+v %v; want dead-lettered after %d attempts", res, err, c.attempts)
+				}
+				if res, err := process("bad", 2); err != nil || res.Outcome != inbox.OutcomeDuplicate {
+					t.Fatalf("bad again: %+v %v; want a duplicate of the dead letter", res, err)
+				}
+				if res, err := process("e2", 2); err != nil || res.Outcome != inbox.OutcomeProcessed {
+					t.Fatalf("2 fixed, under another ID: %+v %v", res, err)
+				}
+				if seqs := ledgerSeqs(t, pool); fmt.Sprint(seqs) != "[1 2]" {
+					t.Fatalf("applied %v, want [1 2]", seqs)
+				}
+			})
+		}
+	}
+}

@@ -216,10 +216,13 @@ type InboxStreamSetter[TX any] interface {
 	// transaction is rolled back whole: the caller's writes never commit
 	// without the event's record and its stream's new state.
 	//
-	// failed reports that failure (or the earlier one that kept the
-	// statement from running) once the statement has gone out, and nil
-	// before or when it succeeded, so that the caller can tell it from a
-	// failure of its own statement that it went out with. A store that
-	// runs the statement at once returns its failure as err instead.
+	// failed reports that failure once the statement has gone out, or
+	// the failure that kept it from running: an earlier statement's, or
+	// the driver's refusal of the whole pipeline it went out with, which a
+	// statement after it may cause (PostgreSQL's pgx refuses a pipeline
+	// one of whose statements it cannot prepare or encode); nil before,
+	// or when it succeeded. The caller tells by it that its own statement
+	// did not run, whatever that statement's error says. A store that runs
+	// the statement at once returns its failure as err instead.
 	RecordEventSetStreamLaterTx(ctx context.Context, tx TX, key EventKey, at time.Time, stream StreamKey, expect, next []byte) (failed func() error, err error)
 }

@@ -159,23 +159,27 @@ func (in *Inbox) PutStreamTx(ctx context.Context, tx *Tx, key store.StreamKey, s
 // RecordEventSetStreamLaterTx implements store.InboxStreamSetter as its
 // model: the record and the compare and set run at the commit, after
 // everything else the transaction did (the latest a store may run them),
-// and fail it with store.ErrDuplicate or store.ErrStreamMoved. failed
-// always reports nil: nothing goes out before the commit.
+// and fail it with store.ErrDuplicate or store.ErrStreamMoved, which
+// failed reports from then on.
 func (in *Inbox) RecordEventSetStreamLaterTx(ctx context.Context, tx *Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte) (func() error, error) {
 	if err := tx.check(); err != nil {
 		return nil, err
 	}
 	expect, next = bytes.Clone(expect), bytes.Clone(next)
+	var failed error
 	tx.atCommit = append(tx.atCommit, func() error {
-		if _, inserted, err := in.RecordEventTx(ctx, tx, key, at); err != nil || !inserted {
-			return cmp.Or(err, fmt.Errorf("memstore: record event %v: %w", key, store.ErrDuplicate))
-		}
-		if r, ok := in.streams[stream]; !ok || !bytes.Equal(r.state, expect) {
-			return fmt.Errorf("memstore: set stream %v: %w", stream, store.ErrStreamMoved)
-		}
-		return in.PutStreamTx(ctx, tx, stream, next, time.Time{})
+		failed = func() error {
+			if _, inserted, err := in.RecordEventTx(ctx, tx, key, at); err != nil || !inserted {
+				return cmp.Or(err, fmt.Errorf("memstore: record event %v: %w", key, store.ErrDuplicate))
+			}
+			if r, ok := in.streams[stream]; !ok || !bytes.Equal(r.state, expect) {
+				return fmt.Errorf("memstore: set stream %v: %w", stream, store.ErrStreamMoved)
+			}
+			return in.PutStreamTx(ctx, tx, stream, next, time.Time{})
+		}()
+		return failed
 	})
-	return func() error { return nil }, nil
+	return func() error { return failed }, nil
 }
 
 // ParkTx implements store.InboxStore.

@@ -73,10 +73,13 @@ func later(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
 }
 
 // laterWatched is later, and also returns failed, which reports the
-// failure of the write (or of one that went out ahead of it and kept it
-// from running) once it has gone out with a later statement or the commit,
-// and nil before that or when it succeeded: the statement it went out with
-// fails with it too, and its caller can tell the two apart. Where the
+// failure of the write once it has gone out with a later statement or the
+// commit, or the failure that kept it from running (of a write queued
+// ahead of it, or pgx's refusal of the whole pipeline, which it reports on
+// every result, BEGIN's included, when it cannot prepare or encode any of
+// its statements), and nil before that or when it succeeded: the caller
+// learns that its statement did not run, whatever the statement it went
+// out with reports. Where the
 // write runs at once, its failure is err, and failed reports nil.
 func laterWatched(ctx context.Context, tx pgx.Tx, sql string, args ...any) (failed func() error, err error) {
 	if t, ok := tx.(*lazyTx); ok && !t.closed && !t.direct {
