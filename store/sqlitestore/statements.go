@@ -59,8 +59,8 @@ type statements struct {
 
 // preparedByText are the statements on() runs prepared: those of every
 // task, execution, step and trigger write, the inbox's parks, gaps and
-// dead letters, and the application lookups of every request and event. Any other SQL text runs unprepared, as it would without
-// on().
+// dead letters, and the application lookups of every request and event.
+// Any other SQL text runs unprepared, as it would without on().
 func preparedByText() []string {
 	return []string{
 		taskInsertSQL, taskGetSQL, taskStatusSQL, taskCurrentSQL, taskMoveSQL,
