@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,9 +21,13 @@ const (
 VALUES (:name, :callback_url, :scheme, :secrets, :disabled, :created_at) ON CONFLICT DO NOTHING`
 	appUpdateSQL = `UPDATE idem_apps SET callback_url = :callback_url, scheme = :scheme, secrets = :secrets, disabled = :disabled
 WHERE name = :name`
-	appSelectSQL    = `SELECT name, callback_url, scheme, secrets, disabled, created_at FROM idem_apps`
+	// appSelectSQL reads each application with its token hashes, as a
+	// JSON array of hex strings in hash order: one statement where a
+	// query per application's tokens made two for a request's lookup.
+	appSelectSQL = `SELECT name, callback_url, scheme, secrets, disabled, created_at,
+(SELECT json_group_array(hex(hash) ORDER BY hash) FROM idem_app_tokens WHERE app = idem_apps.name)
+FROM idem_apps`
 	appTokenSQL     = `INSERT INTO idem_app_tokens (hash, app) VALUES (:hash, :app) ON CONFLICT DO NOTHING`
-	appTokensSQL    = `SELECT hash FROM idem_app_tokens WHERE app = :app ORDER BY hash`
 	workerInsertSQL = `INSERT INTO idem_worker_tokens (hash, created_at) VALUES (:hash, :created_at) ON CONFLICT DO NOTHING`
 )
 
@@ -121,34 +126,30 @@ func readApps(ctx context.Context, q interface {
 	var out []store.App
 	for rows.Next() {
 		var a store.App
-		var secrets string
+		var secrets, tokens string
 		var disabled, created int64
-		if err := rows.Scan(&a.Name, &a.CallbackURL, &a.Scheme, &secrets, &disabled, &created); err != nil {
+		if err := rows.Scan(&a.Name, &a.CallbackURL, &a.Scheme, &secrets, &disabled, &created, &tokens); err != nil {
 			return nil, interpretError(err)
 		}
 		if err := json.Unmarshal([]byte(secrets), &a.Secrets); err != nil {
 			return nil, fmt.Errorf("app %q: stored secrets unreadable: %w", a.Name, err)
+		}
+		var hexes []string
+		if err := json.Unmarshal([]byte(tokens), &hexes); err != nil {
+			return nil, fmt.Errorf("app %q: token hashes unreadable: %w", a.Name, err)
+		}
+		for _, h := range hexes {
+			b, err := hex.DecodeString(h)
+			if err != nil {
+				return nil, fmt.Errorf("app %q: token hash unreadable: %w", a.Name, err)
+			}
+			a.TokenHashes = append(a.TokenHashes, b)
 		}
 		a.Disabled, a.CreatedAt = disabled != 0, fromMicros(created)
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, interpretError(err)
-	}
-	for i := range out {
-		trows, err := q.QueryContext(ctx, appTokensSQL, sql.Named("app", out[i].Name))
-		if err != nil {
-			return nil, interpretError(err)
-		}
-		for trows.Next() {
-			var h []byte
-			if err := trows.Scan(&h); err != nil {
-				trows.Close()
-				return nil, interpretError(err)
-			}
-			out[i].TokenHashes = append(out[i].TokenHashes, h)
-		}
-		trows.Close()
 	}
 	return out, nil
 }

@@ -68,7 +68,7 @@ func preparedByText() []string {
 		stepInsertSQL, stepClaimSQL, stepCandidateDispatchedSQL, stepCandidateExpiredSQL, stepUpdateSQL, stepGetSQL,
 		triggerInsertSQL, triggerGetSQL, triggerReplaceSQL,
 		inboxStatusSQL, parkSQL, unparkSQL, gapRecordSQL, deadLetterMarkSQL, deadLetterInsertSQL,
-		appsQuery(appsByName), appsQuery(appsByToken), appTokensSQL,
+		appsQuery(appsByName), appsQuery(appsByToken),
 	}
 }
 
