@@ -388,14 +388,14 @@ type try struct {
 	// processor remembers it (Config.StreamCache). prev is what the
 	// processor remembered of the stream when the attempt began.
 	known, prev *knownStream
-	// guessed is set when the attempt decided its event on prev and
-	// queued the stream's compare and set (setStreamTx), and failed then
-	// reports that statement's failure once it went out; noGuess once
-	// such a guess failed (the stream had moved on, the event was
-	// recorded, or the pipeline it went out with was refused), so that
-	// the same attempt runs again deciding under the stream's lock.
-	guessed, noGuess bool
-	failed           func() error
+	// failed is set when the attempt decided its event on prev and
+	// queued the stream's compare and set (setStreamTx): it reports that
+	// statement's failure once it went out. noGuess is set once such a
+	// guess failed (the stream had moved on, the event was recorded, or
+	// the pipeline it went out with was refused), so that the same attempt
+	// runs again deciding under the stream's lock.
+	failed  func() error
+	noGuess bool
 }
 
 // guessFailed reports whether the attempt's guess went out and failed:
@@ -403,7 +403,7 @@ type try struct {
 // under the stream's lock, once, where an error of the apply's own is
 // met again and treated as usual.
 func (t *try) guessFailed() bool {
-	return t.guessed && !t.noGuess && t.failed != nil && t.failed() != nil
+	return !t.noGuess && t.failed != nil && t.failed() != nil
 }
 
 // errRecordFirst is an apply that failed in an attempt that applied
@@ -442,7 +442,7 @@ func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(
 	t := &try{doomed: map[store.EventKey]doom{}}
 	for n := 1; ; n++ {
 		t.n, t.last = n, n >= p.cfg.MaxAttempts
-		t.known, t.prev, t.guessed, t.failed = nil, nil, false, nil
+		t.known, t.prev, t.failed = nil, nil, nil
 		var res Result
 		err := p.s.InTx(ctx, func(ctx context.Context, tx TX) error {
 			var err error
@@ -641,10 +641,9 @@ func (p *Processor[TX]) setStreamTx(ctx context.Context, tx TX, ev event.Event, 
 		return Result{}, err
 	}
 	key := store.EventKey{Source: ev.Source, ID: ev.ID}
-	t.guessed = true
 	failed, err := p.setter.RecordEventSetStreamLaterTx(ctx, tx, key, now, sk, ks.raw, next)
 	if err != nil {
-		t.failed = func() error { return err }
+		t.failed = func() error { return err } // it ran at once, and failed
 		return Result{}, err
 	}
 	t.failed = failed

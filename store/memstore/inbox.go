@@ -168,18 +168,22 @@ func (in *Inbox) RecordEventSetStreamLaterTx(ctx context.Context, tx *Tx, key st
 	expect, next = bytes.Clone(expect), bytes.Clone(next)
 	var failed error
 	tx.atCommit = append(tx.atCommit, func() error {
-		failed = func() error {
-			if _, inserted, err := in.RecordEventTx(ctx, tx, key, at); err != nil || !inserted {
-				return cmp.Or(err, fmt.Errorf("memstore: record event %v: %w", key, store.ErrDuplicate))
-			}
-			if r, ok := in.streams[stream]; !ok || !bytes.Equal(r.state, expect) {
-				return fmt.Errorf("memstore: set stream %v: %w", stream, store.ErrStreamMoved)
-			}
-			return in.PutStreamTx(ctx, tx, stream, next, time.Time{})
-		}()
+		failed = in.recordEventSetStream(ctx, tx, key, at, stream, expect, next)
 		return failed
 	})
 	return func() error { return failed }, nil
+}
+
+// recordEventSetStream records key and sets stream from expect to next,
+// or fails with store.ErrDuplicate or store.ErrStreamMoved.
+func (in *Inbox) recordEventSetStream(ctx context.Context, tx *Tx, key store.EventKey, at time.Time, stream store.StreamKey, expect, next []byte) error {
+	if _, inserted, err := in.RecordEventTx(ctx, tx, key, at); err != nil || !inserted {
+		return cmp.Or(err, fmt.Errorf("memstore: record event %v: %w", key, store.ErrDuplicate))
+	}
+	if r, ok := in.streams[stream]; !ok || !bytes.Equal(r.state, expect) {
+		return fmt.Errorf("memstore: set stream %v: %w", stream, store.ErrStreamMoved)
+	}
+	return in.PutStreamTx(ctx, tx, stream, next, time.Time{})
 }
 
 // ParkTx implements store.InboxStore.

@@ -1049,26 +1049,7 @@ func TestRecordEventSetStreamWaitsForTheHolder(t *testing.T) {
 			got := async(func() (error, error) { return setLater(ctx, s, b.tx, sk, "e1", `{"v":1}`, `{"v":3}`) })
 			t.Cleanup(func() { a.rollback(); <-got.done; b.rollback() })
 			waitBlocked(t, bundle.pool, b.pid, got)
-			if commit {
-				a.commit(t)
-			} else {
-				a.rollback()
-			}
-			stmtErr, failedErr := receive(t, got)
-			if commit && (!errors.Is(stmtErr, store.ErrStreamMoved) || !errors.Is(failedErr, store.ErrStreamMoved)) {
-				t.Fatalf("after the holder's commit: %v, failed() %v; want the stream moved", stmtErr, failedErr)
-			}
-			if !commit && (stmtErr != nil || failedErr != nil) {
-				t.Fatalf("after the holder's rollback: %v, failed() %v; want set", stmtErr, failedErr)
-			}
-			err := b.end(nil)
-			if commit != (err != nil) {
-				t.Fatalf("the set's commit: %v", err)
-			}
-			wantState := map[bool]string{true: `{"v":2}`, false: `{"v":3}`}[commit]
-			if st, _ := streamState(t, bundle.pool, sk); string(st) != wantState {
-				t.Fatalf("state %q, want %s", st, wantState)
-			}
+			afterHolder(t, bundle.pool, sk, a, b, got, commit, store.ErrStreamMoved, `{"v":2}`, `{"v":3}`)
 		})
 	}
 }
@@ -1099,25 +1080,36 @@ func TestRecordEventSetStreamAfterAConcurrentRecord(t *testing.T) {
 			if _, err := s.LockStreamTx(ctx, a.tx, sk); err != nil {
 				t.Fatalf("A could not lock the stream while the set waited: %v", err)
 			}
-			if commit {
-				a.commit(t)
-			} else {
-				a.rollback()
-			}
-			stmtErr, failedErr := receive(t, got)
-			if commit && (!errors.Is(stmtErr, store.ErrDuplicate) || !errors.Is(failedErr, store.ErrDuplicate)) {
-				t.Fatalf("after A committed: %v, failed() %v; want a duplicate", stmtErr, failedErr)
-			}
-			if !commit && (stmtErr != nil || failedErr != nil) {
-				t.Fatalf("after A rolled back: %v, failed() %v; want set", stmtErr, failedErr)
-			}
-			if err := b.end(nil); commit != (err != nil) {
-				t.Fatalf("the set's commit: %v", err)
-			}
-			wantState := map[bool]string{true: `{"v":1}`, false: `{"v":2}`}[commit]
-			if st, _ := streamState(t, bundle.pool, sk); string(st) != wantState {
-				t.Fatalf("state %q, want %s", st, wantState)
-			}
+			afterHolder(t, bundle.pool, sk, a, b, got, commit, store.ErrDuplicate, `{"v":1}`, `{"v":2}`)
 		})
+	}
+}
+
+// afterHolder ends a, the transaction that the set sent in b (got, from
+// setLater) waits for, with a commit or a rollback, and checks the set:
+// after a's commit it failed with want, in the statement it went out with
+// and in failed() alike, and b's commit fails; after a's rollback it set
+// the stream and b commits. The stream then holds ifCommit or
+// ifRollback.
+func afterHolder(t *testing.T, pool *pgxpool.Pool, sk store.StreamKey, a, b *heldTx, got *call[error], commit bool, want error, ifCommit, ifRollback string) {
+	t.Helper()
+	if commit {
+		a.commit(t)
+	} else {
+		a.rollback()
+	}
+	stmtErr, failedErr := receive(t, got)
+	if commit && (!errors.Is(stmtErr, want) || !errors.Is(failedErr, want)) {
+		t.Fatalf("after the holder's commit: %v, failed() %v; want %v", stmtErr, failedErr, want)
+	}
+	if !commit && (stmtErr != nil || failedErr != nil) {
+		t.Fatalf("after the holder's rollback: %v, failed() %v; want set", stmtErr, failedErr)
+	}
+	if err := b.end(nil); commit != (err != nil) {
+		t.Fatalf("the set's commit: %v", err)
+	}
+	wantState := map[bool]string{true: ifCommit, false: ifRollback}[commit]
+	if st, _ := streamState(t, pool, sk); string(st) != wantState {
+		t.Fatalf("state %q, want %s", st, wantState)
 	}
 }

@@ -63,9 +63,7 @@ func newLazyTx(conn *pgxpool.Conn) *lazyTx { return &lazyTx{conn: conn} }
 // or the commit; otherwise now. A caller that needs rows affected or
 // returned must not use it.
 func later(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
-	if t, ok := tx.(*lazyTx); ok && !t.closed && !t.direct {
-		t.pending = append(t.pending, &pgx.QueuedQuery{SQL: sql, Arguments: args})
-		t.watched = append(t.watched, nil)
+	if queue(tx, nil, sql, args) {
 		return nil
 	}
 	_, err := tx.Exec(ctx, sql, args...)
@@ -79,17 +77,27 @@ func later(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
 // every result, BEGIN's included, when it cannot prepare or encode any of
 // its statements), and nil before that or when it succeeded: the caller
 // learns that its statement did not run, whatever the statement it went
-// out with reports. Where the
-// write runs at once, its failure is err, and failed reports nil.
+// out with reports. Where the write runs at once, its failure is err, and
+// failed reports nil.
 func laterWatched(ctx context.Context, tx pgx.Tx, sql string, args ...any) (failed func() error, err error) {
-	if t, ok := tx.(*lazyTx); ok && !t.closed && !t.direct {
-		var ferr error
-		t.pending = append(t.pending, &pgx.QueuedQuery{SQL: sql, Arguments: args})
-		t.watched = append(t.watched, &ferr)
+	var ferr error
+	if queue(tx, &ferr, sql, args) {
 		return func() error { return ferr }, nil
 	}
 	_, err = tx.Exec(ctx, sql, args...)
 	return func() error { return nil }, err
+}
+
+// queue queues sql in tx, with where to report its failure (or nil), when
+// tx is a lazyTx that may queue, and reports whether it did.
+func queue(tx pgx.Tx, failed *error, sql string, args []any) bool {
+	t, ok := tx.(*lazyTx)
+	if !ok || t.closed || t.direct {
+		return false
+	}
+	t.pending = append(t.pending, &pgx.QueuedQuery{SQL: sql, Arguments: args})
+	t.watched = append(t.watched, failed)
+	return true
 }
 
 // heads is how many queries go out ahead of the caller's: BEGIN when the

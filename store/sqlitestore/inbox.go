@@ -94,7 +94,7 @@ func (s *Store) LockStreamTx(ctx context.Context, tx *sql.Tx, key store.StreamKe
 		return nil, streamError("lock stream", key, errors.New("tx is nil"))
 	}
 	var state []byte
-	err := s.stmts.streamGet.txQueryRowScan(ctx, tx, streamArgs(key), &state)
+	err := s.stmts.streamGet.txQueryRow(ctx, tx, streamArgs(key)...).Scan(&state)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil

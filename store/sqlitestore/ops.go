@@ -69,14 +69,14 @@ func (s *Store) claimOnce(ctx context.Context, tx *sql.Tx, p store.ClaimParams) 
 	fp := nonNil(p.Fingerprint)
 	leaseUntil, expiresAt := addMicros(now, p.Lease), addMicros(now, p.Retention)
 	var epoch int64
-	err = s.stmts.claim.queryRowScan(ctx, tx, []any{
+	err = s.stmts.claim.queryRow(ctx, tx,
 		sql.Named("key", []byte(p.Key)),
 		sql.Named("fingerprint", fp),
 		sql.Named("owner", []byte(p.Owner)),
 		sql.Named("lease_until", leaseUntil),
 		sql.Named("expires_at", expiresAt),
 		sql.Named("now", now.UnixMicro()),
-	}, &epoch)
+	).Scan(&epoch)
 	switch err = interpretError(err); err {
 	case nil:
 		return store.ClaimResult{
@@ -199,7 +199,7 @@ func readRecord(ctx context.Context, tx *sql.Tx, st stmt, key string, args ...an
 		unknown, leaseUntil, expiresAt int64
 	)
 	args = append(args, sql.Named("key", []byte(key)))
-	err := st.queryRowScan(ctx, tx, args, &r.Fingerprint, &state, &r.Epoch, &owner, &unknown, &leaseUntil, &expiresAt, &r.Response)
+	err := st.queryRow(ctx, tx, args...).Scan(&r.Fingerprint, &state, &r.Epoch, &owner, &unknown, &leaseUntil, &expiresAt, &r.Response)
 	if err != nil {
 		return store.Record{}, interpretError(err)
 	}

@@ -96,7 +96,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, in store.Intent) (id,
 	var stream sql.NullString
 	if in.Stream != "" {
 		stream = sql.NullString{String: in.Stream, Valid: true}
-		if err := s.stmts.outboxStreamSeq.txQueryRowScan(ctx, tx, []any{sql.Named("stream", in.Stream)}, &seq); err != nil {
+		if err := s.stmts.outboxStreamSeq.txQueryRow(ctx, tx, sql.Named("stream", in.Stream)).Scan(&seq); err != nil {
 			return 0, 0, enqueueError(in, interpretError(err))
 		}
 	}

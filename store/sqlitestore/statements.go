@@ -142,52 +142,40 @@ type preparedOn struct {
 	tx *sql.Tx // nil: the pool
 }
 
-// stmt returns query as one of the store's statements, and whether it is
-// prepared.
-func (p preparedOn) stmt(query string) (stmt, bool) {
+// prepared returns query as one of the store's prepared statements, if it
+// is one.
+func (p preparedOn) prepared(query string) (stmt, bool) {
 	ps, ok := p.st.byText[query]
 	return stmt{query: query, pool: ps}, ok
 }
 
-func (p preparedOn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	s, ok := p.stmt(query)
-	switch {
-	case !ok && p.tx == nil:
-		return p.st.db.ExecContext(ctx, query, args...)
-	case !ok:
-		return p.tx.ExecContext(ctx, query, args...)
+// text is where a text that is not prepared runs: tx, or the pool.
+func (p preparedOn) text() dbtx {
+	if p.tx == nil {
+		return p.st.db
 	}
-	return s.exec(ctx, p.tx, args...)
+	return p.tx
+}
+
+func (p preparedOn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if s, ok := p.prepared(query); ok {
+		return s.exec(ctx, p.tx, args...)
+	}
+	return p.text().ExecContext(ctx, query, args...)
 }
 
 func (p preparedOn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	s, ok := p.stmt(query)
-	switch {
-	case !ok && p.tx == nil:
-		return p.st.db.QueryRowContext(ctx, query, args...)
-	case !ok:
-		return p.tx.QueryRowContext(ctx, query, args...)
-	case p.tx == nil:
-		return s.pool.QueryRowContext(ctx, args...)
+	if s, ok := p.prepared(query); ok {
+		return s.queryRow(ctx, p.tx, args...)
 	}
-	row := p.tx.StmtContext(ctx, s.pool).QueryRowContext(ctx, args...)
-	if err := row.Err(); err != nil && strings.Contains(err.Error(), errOtherDB) {
-		return p.tx.QueryRowContext(ctx, query, args...)
-	}
-	return row
+	return p.text().QueryRowContext(ctx, query, args...)
 }
 
 func (p preparedOn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	s, ok := p.stmt(query)
-	switch {
-	case !ok && p.tx == nil:
-		return p.st.db.QueryContext(ctx, query, args...)
-	case !ok:
-		return p.tx.QueryContext(ctx, query, args...)
-	case p.tx == nil:
-		return s.pool.QueryContext(ctx, args...)
+	if s, ok := p.prepared(query); ok {
+		return s.rows(ctx, p.tx, args...)
 	}
-	return s.txQuery(ctx, p.tx, args...)
+	return p.text().QueryContext(ctx, query, args...)
 }
 
 // exec runs the statement in tx, prepared (txExec), or on the pool when
@@ -199,14 +187,20 @@ func (s stmt) exec(ctx context.Context, tx *sql.Tx, args ...any) (sql.Result, er
 	return s.pool.ExecContext(ctx, args...)
 }
 
-// queryRowScan runs the one-row statement in tx, prepared
-// (txQueryRowScan), or on the pool when tx is nil, and scans its row into
-// dst.
-func (s stmt) queryRowScan(ctx context.Context, tx *sql.Tx, args []any, dst ...any) error {
+// queryRow is exec for a one-row query.
+func (s stmt) queryRow(ctx context.Context, tx *sql.Tx, args ...any) *sql.Row {
 	if tx != nil {
-		return s.txQueryRowScan(ctx, tx, args, dst...)
+		return s.txQueryRow(ctx, tx, args...)
 	}
-	return s.pool.QueryRowContext(ctx, args...).Scan(dst...)
+	return s.pool.QueryRowContext(ctx, args...)
+}
+
+// rows is exec for a query returning rows.
+func (s stmt) rows(ctx context.Context, tx *sql.Tx, args ...any) (*sql.Rows, error) {
+	if tx != nil {
+		return s.txQuery(ctx, tx, args...)
+	}
+	return s.pool.QueryContext(ctx, args...)
 }
 
 // errOtherDB is how database/sql refuses a statement prepared on another
@@ -225,13 +219,14 @@ func (s stmt) txExec(ctx context.Context, tx *sql.Tx, args ...any) (sql.Result, 
 	return r, err
 }
 
-// txQueryRowScan is txExec for a one-row query scanned into dst.
-func (s stmt) txQueryRowScan(ctx context.Context, tx *sql.Tx, args []any, dst ...any) error {
-	err := tx.StmtContext(ctx, s.pool).QueryRowContext(ctx, args...).Scan(dst...)
-	if err != nil && strings.Contains(err.Error(), errOtherDB) {
-		return tx.QueryRowContext(ctx, s.query, args...).Scan(dst...)
+// txQueryRow is txExec for a one-row query: the refusal of another
+// handle's transaction is the row's error before any scan (Row.Err).
+func (s stmt) txQueryRow(ctx context.Context, tx *sql.Tx, args ...any) *sql.Row {
+	row := tx.StmtContext(ctx, s.pool).QueryRowContext(ctx, args...)
+	if err := row.Err(); err != nil && strings.Contains(err.Error(), errOtherDB) {
+		return tx.QueryRowContext(ctx, s.query, args...)
 	}
-	return err
+	return row
 }
 
 // txQuery is txExec for a query returning rows.
