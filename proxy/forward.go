@@ -63,6 +63,28 @@ type forwarder struct {
 	buffers sync.Pool
 }
 
+// copyBuffers recycles the buffers ReverseProxy copies a response body
+// through, which it would otherwise allocate, 32 KiB, for every response:
+// half of what a proxied request allocated, whatever its body's size.
+type copyBuffers struct{ pool sync.Pool }
+
+// copyBufferSize is ReverseProxy's own size for the buffer.
+const copyBufferSize = 32 << 10
+
+func (c *copyBuffers) Get() []byte {
+	if b, ok := c.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, copyBufferSize)
+}
+
+func (c *copyBuffers) Put(b []byte) {
+	if cap(b) == copyBufferSize {
+		b = b[:copyBufferSize]
+		c.pool.Put(&b)
+	}
+}
+
 // participation returns whether a request that reached the forwarder
 // holds a claim: the middleware let it through with a participating
 // method, a principal and a key (a request with an invalid key never gets
@@ -97,6 +119,7 @@ func newForwarder(c *Config, stop context.Context, participates func(*http.Reque
 		ModifyResponse: f.modifyResponse,
 		ErrorHandler:   f.errorHandler,
 		ErrorLog:       slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
+		BufferPool:     new(copyBuffers),
 	}
 	return f
 }
