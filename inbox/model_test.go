@@ -668,7 +668,10 @@ func checkModel(t *testing.T, modes string) {
 				r, _ := strconv.ParseInt(strings.TrimPrefix(ev.ExecutionID, "run-"), 10, 64)
 				return r
 			},
-			MaxParked:   m.maxParked,
+			MaxParked: m.maxParked,
+			// Batching on: every event runs its first attempt as a batch of
+			// one, whose failure hands it back to run alone.
+			Batch:       rapid.SampledFrom([]int{0, 4}).Draw(rt, "batch"),
 			Backoff:     time.Millisecond,
 			GapDeadline: modelDeadline,
 			Now:         h.now,

@@ -29,13 +29,21 @@ import (
 // is a duplicate and not applied again; and with both processors taking
 // turns on many streams at once, every stream's effects are each sequence
 // once, in order.
+//
+// With batching on (Config.Batch), the events each processor gets at once
+// share transactions, the same guarantees hold.
 func TestStreamCacheTwoProcessors(t *testing.T) {
+	t.Run("alone", func(t *testing.T) { testTwoProcessors(t, 0) })
+	t.Run("batched", func(t *testing.T) { testTwoProcessors(t, 16) })
+}
+
+func testTwoProcessors(t *testing.T, batch int) {
 	ctx := context.Background()
 	pool, s := ledgerStore(t)
 	a, b := twoProcessors(t, s, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 		_, err := tx.Exec(ctx, `INSERT INTO ledger (subject, seq) VALUES ($1, $2)`, ev.Subject, ev.Sequence)
 		return err
-	})
+	}, batch)
 	ev := func(subject, id string, seq int64) event.Event {
 		return event.Event{Source: "https://shop.example/orders", ID: id, Type: "order.paid", Subject: subject,
 			Sequence: seq, Data: []byte(`{}`), DataContentType: "application/json"}
@@ -106,6 +114,9 @@ func TestStreamCacheTwoProcessors(t *testing.T) {
 		if seq != int64(i+1) {
 			t.Fatalf("raced: effects out of order at %d: %v", i, ledger("raced"))
 		}
+	}
+	if n := inbox.BatchesCommitted(a) + inbox.BatchesCommitted(b); batch > 1 && n == 0 {
+		t.Errorf("no batch of more than one event committed")
 	}
 	for i := range streams {
 		subject := fmt.Sprintf("s-%d", i)
@@ -193,7 +204,7 @@ func TestStreamCacheApplyHidesTheFailure(t *testing.T) {
 					return inbox.Invalid(errors.New(err.Error()))
 				}
 				return nil
-			})
+			}, 0)
 			process := func(p *inbox.Processor[pgx.Tx], seq int64, want inbox.Outcome) {
 				t.Helper()
 				res, err := p.Process(ctx, event.Event{Source: "https://shop.example/orders", ID: fmt.Sprint("e", seq), Type: "order.paid",
@@ -236,11 +247,12 @@ func ledgerStore(t *testing.T) (*pgxpool.Pool, *pgstore.Store) {
 }
 
 // twoProcessors returns two delta Processors on s, as two receiver
-// processes have: each remembers the stream states it committed.
-func twoProcessors(t *testing.T, s *pgstore.Store, apply inbox.ApplyFunc[pgx.Tx]) (a, b *inbox.Processor[pgx.Tx]) {
+// processes have: each remembers the stream states it committed. batch is
+// their Config.Batch.
+func twoProcessors(t *testing.T, s *pgstore.Store, apply inbox.ApplyFunc[pgx.Tx], batch int) (a, b *inbox.Processor[pgx.Tx]) {
 	t.Helper()
 	newProcessor := func() *inbox.Processor[pgx.Tx] {
-		p, err := inbox.New(s, apply, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
+		p, err := inbox.New(s, apply, &inbox.Config{Mode: order.ModeDelta, Batch: batch, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -153,7 +153,7 @@ func benchVerifier(b *testing.B) *signature.Verifier {
 // idem), otherwise with the store's InTx.
 func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX], write func(ctx context.Context, tx TX, obj string, add int) error,
 	bare func(b *testing.B) func(ctx context.Context, fn func(ctx context.Context, tx TX) error) error) {
-	runIdem := func(b *testing.B, mode order.Mode) {
+	runIdem := func(b *testing.B, mode order.Mode, batch int) {
 		apply := func(ctx context.Context, tx TX, ev event.Event) error {
 			var p benchPayload
 			if err := json.Unmarshal(ev.Data, &p); err != nil {
@@ -161,7 +161,7 @@ func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX],
 			}
 			return write(ctx, tx, ev.Subject, p.Add)
 		}
-		p, err := inbox.New(open(b), apply, &inbox.Config{Mode: mode, Logger: slog.New(slog.DiscardHandler)})
+		p, err := inbox.New(open(b), apply, &inbox.Config{Mode: mode, Batch: batch, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -173,9 +173,12 @@ func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX],
 	}
 	// Ordered: each object's deltas applied in sequence (the inbox row,
 	// the stream's state and the business write).
-	b.Run("idem", func(b *testing.B) { runIdem(b, order.ModeDelta) })
+	b.Run("idem", func(b *testing.B) { runIdem(b, order.ModeDelta, 0) })
+	// The same with the events in flight at once batched
+	// (inbox.Config.Batch): one transaction for several.
+	b.Run("idem-batched", func(b *testing.B) { runIdem(b, order.ModeDelta, 16) })
 	// Dedup only: the inbox row and the business write.
-	b.Run("idem-dedup", func(b *testing.B) { runIdem(b, 0) })
+	b.Run("idem-dedup", func(b *testing.B) { runIdem(b, 0, 0) })
 	serveWrite := func(b *testing.B, inTx func(ctx context.Context, fn func(ctx context.Context, tx TX) error) error) {
 		serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
 			return inTx(ctx, func(ctx context.Context, tx TX) error { return write(ctx, tx, obj, add) })

@@ -150,6 +150,35 @@ func exerciseProcessor[TX any](t *testing.T, open storetest.Open[TX]) {
 		}
 	})
 
+	t.Run("BatchedStreamsApplyOnceInOrder", func(t *testing.T) {
+		t.Parallel()
+		// Config.Batch: events in flight at once share transactions. Each
+		// stream's events go in order from two senders at once (a
+		// delivery and its redelivery), so batches hold several streams,
+		// and copies of events being applied.
+		for _, mode := range []order.Mode{0, order.ModeDelta} {
+			e := setup(t, mode, func(c *inbox.Config) { c.Batch = 8 })
+			const streams, events = 6, 12
+			storetest.Concurrently(2*streams, func(i int) {
+				obj := fmt.Sprintf("b-%d", i%streams)
+				for seq := int64(1); seq <= events; seq++ {
+					res, err := e.p.Process(ctx, FlowEvent(obj, seq, "", `{"add":1}`))
+					if err != nil || (res.Outcome != inbox.OutcomeProcessed && res.Outcome != inbox.OutcomeDuplicate) {
+						t.Errorf("mode %v: %s seq %d: %+v %v, want processed or duplicate", mode, obj, seq, res, err)
+						return
+					}
+				}
+			})
+			for i := range streams {
+				for seq := int64(1); seq <= events; seq++ {
+					if n := rows(t, e, fmt.Sprintf("b-%d", i), seq); n != 1 {
+						t.Fatalf("mode %v: b-%d sequence %d applied %d times, want once", mode, i, seq, n)
+					}
+				}
+			}
+		}
+	})
+
 	t.Run("SnapshotNewerWinsAndGapRecorded", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t, order.ModeSnapshot, nil)

@@ -1,0 +1,209 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/order"
+)
+
+// TestBatch builds one batch on purpose (Config.Batch): two events hold
+// both leaders' turns, blocked in their apply, while the events of the
+// case queue up; once released, the next leader takes them all. Every
+// event must end as it would alone: applied once and in order on its
+// stream, its own outcome, whatever another event of its batch did (an
+// apply that fails for good or once, a commit that fails, a second
+// delivery queued beside the first).
+func TestBatch(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// special is the type of the case's one unusual event ("" for
+		// none); it goes to stream "x" as sequence 1 ("again": as
+		// sequence 2, twice, on x remembered at 1).
+		special string
+		// batched is whether the case's events commit in one batch.
+		batched bool
+	}{
+		{"all good", "", true},
+		{"one invalid", "invalid", false},
+		{"one fails once", "flaky", false},
+		{"one fails its commit", "commit", false},
+		{"a second delivery", "again", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool, s := ledgerStore(t)
+			// A deferred unique constraint fails the commit, not the
+			// statement: the commit case's apply inserts the taken value.
+			if _, err := pool.Exec(ctx, `CREATE TABLE taken (v int UNIQUE DEFERRABLE INITIALLY DEFERRED); INSERT INTO taken VALUES (1)`); err != nil {
+				t.Fatal(err)
+			}
+			var (
+				// release lets a blocked event go on, by stream.
+				release = map[string]chan struct{}{"blk-a": make(chan struct{}), "blk-b": make(chan struct{})}
+				started = make(chan struct{}, 2)
+				mu      sync.Mutex
+				flaked  bool
+			)
+			p, err := inbox.New(s, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+				switch ev.Type {
+				case "block":
+					started <- struct{}{}
+					<-release[ev.Subject]
+				case "invalid":
+					return inbox.Invalid(errors.New("not an order"))
+				case "flaky":
+					mu.Lock()
+					first := !flaked
+					flaked = true
+					mu.Unlock()
+					if first {
+						return errors.New("the ledger is busy")
+					}
+				case "commit":
+					if _, err := tx.Exec(ctx, `INSERT INTO taken VALUES (1)`); err != nil {
+						return err
+					}
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO ledger (subject, seq) VALUES ($1, $2)`, ev.Subject, ev.Sequence)
+				return err
+			}, &inbox.Config{Mode: order.ModeDelta, Batch: 16, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := func(typ, subject string, seq int64) event.Event {
+				return event.Event{Source: "https://shop.example/orders", ID: fmt.Sprintf("%s-%d", subject, seq), Type: typ,
+					Subject: subject, Sequence: seq, Data: []byte(`{}`), DataContentType: "application/json"}
+			}
+			type answer struct {
+				ev  event.Event
+				res inbox.Result
+				err error
+			}
+			answers := make(chan answer, 32)
+			send := func(e event.Event) {
+				go func() {
+					res, err := p.Process(ctx, e)
+					answers <- answer{e, res, err}
+				}()
+			}
+			if c.special == "again" {
+				// Stream x remembered at 1: its sequence 2 takes the
+				// path that records the event with a plain insert.
+				if res, err := p.Process(ctx, ev("order.paid", "x", 1)); err != nil || res.Outcome != inbox.OutcomeProcessed {
+					t.Fatalf("x-1: %+v %v", res, err)
+				}
+			}
+			send(ev("block", "blk-a", 1))
+			<-started
+			send(ev("block", "blk-b", 1)) // the second leader's
+			<-started
+			// Both leaders are busy: these queue. Stream "a" gets its
+			// sequences 1 to 3 in one batch (each decided on what the
+			// batch wrote before it), "b" and "c" one each.
+			batch := []event.Event{ev("order.paid", "a", 3), ev("order.paid", "a", 1), ev("order.paid", "b", 1), ev("order.paid", "a", 2), ev("order.paid", "c", 1)}
+			switch c.special {
+			case "":
+			case "again": // a delivery and its copy, which waits for the next batch
+				batch = append(batch, ev("again", "x", 2), ev("again", "x", 2))
+			default:
+				batch = append(batch, ev(c.special, "x", 1))
+			}
+			for _, e := range batch {
+				send(e)
+			}
+			for deadline := time.Now().Add(10 * time.Second); inbox.Waiting(p) < len(batch); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d events waiting, want %d", inbox.Waiting(p), len(batch))
+				}
+			}
+			before := inbox.BatchesCommitted(p)
+			// One leader's turn is given back: the case's events go as one
+			// batch, while the other leader's stays taken, so that what is
+			// left (a copy) waits for that batch's end.
+			close(release["blk-a"])
+			got := map[string][]answer{}
+			for range len(batch) + 1 {
+				a := <-answers
+				got[a.ev.Subject] = append(got[a.ev.Subject], a)
+			}
+			close(release["blk-b"])
+			a := <-answers
+			got[a.ev.Subject] = append(got[a.ev.Subject], a)
+			if n := inbox.BatchesCommitted(p) - before; (n > 0) != c.batched {
+				t.Errorf("%d batches committed, want batched %v", n, c.batched)
+			}
+			// Every ordinary event: processed (or, run alone after a
+			// batch that failed, parked until its predecessor came), its
+			// effect once, in order on its stream.
+			for subject, want := range map[string]string{"a": "[1 2 3]", "b": "[1]", "c": "[1]", "blk-a": "[1]", "blk-b": "[1]"} {
+				for _, a := range got[subject] {
+					parked := !c.batched && a.res.Outcome == inbox.OutcomeParked
+					if a.err != nil || (a.res.Outcome != inbox.OutcomeProcessed && !parked) {
+						t.Errorf("%s seq %d: %+v %v, want processed", subject, a.ev.Sequence, a.res, a.err)
+					}
+				}
+				if l := fmt.Sprint(ledgerSeqs(t, pool, subject)); l != want {
+					t.Errorf("%s's effects %s, want %s", subject, l, want)
+				}
+			}
+			x := got["x"]
+			outcomes := func() (o []string) {
+				for _, a := range x {
+					o = append(o, fmt.Sprint(a.res.Outcome, " ", a.err != nil))
+				}
+				slices.Sort(o)
+				return o
+			}
+			switch c.special {
+			case "invalid":
+				if o := fmt.Sprint(outcomes()); o != "[dead_lettered false]" {
+					t.Errorf("the invalid event: %s, want dead-lettered", o)
+				}
+				if l := ledgerSeqs(t, pool, "x"); len(l) != 0 {
+					t.Errorf("the invalid event's effects %v, want none", l)
+				}
+			case "flaky", "again":
+				want := map[string]string{"flaky": "[processed false]", "again": "[duplicate false processed false]"}[c.special]
+				if o := fmt.Sprint(outcomes()); o != want {
+					t.Errorf("x: %s, want %s", o, want)
+				}
+				want = map[string]string{"flaky": "[1]", "again": "[1 2]"}[c.special]
+				if l := fmt.Sprint(ledgerSeqs(t, pool, "x")); l != want {
+					t.Errorf("x's effects %s, want %s", l, want)
+				}
+			case "commit":
+				if len(x) != 1 || !errors.Is(x[0].err, inbox.ErrUnavailable) {
+					t.Errorf("the event whose commit fails: %+v, want ErrUnavailable", x)
+				}
+				if l := ledgerSeqs(t, pool, "x"); len(l) != 0 {
+					t.Errorf("its effects %v, want none", l)
+				}
+			}
+			// Redelivered, every event is a duplicate (a dead letter's too);
+			// the one whose commit failed is new again, and fails again.
+			for _, e := range batch {
+				res, err := p.Process(ctx, e)
+				if c.special == "commit" && e.Subject == "x" {
+					if !errors.Is(err, inbox.ErrUnavailable) {
+						t.Errorf("%s redelivered: %+v %v, want ErrUnavailable", e.ID, res, err)
+					}
+					continue
+				}
+				if err != nil || res.Outcome != inbox.OutcomeDuplicate {
+					t.Errorf("%s redelivered: %+v %v, want duplicate", e.ID, res, err)
+				}
+			}
+		})
+	}
+}
