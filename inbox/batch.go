@@ -22,20 +22,27 @@ import (
 //     taken at once, alone or with whatever waits: a lone event's batch is
 //     its own transaction, as without batching. Events that arrive while
 //     every leader is busy wait, and the next leader takes them together
-//     (up to Config.Batch).
-//   - A batch runs each event's first attempt, in the order of its stream
-//     and ID, so that two batches take the inbox's and the streams' rows
-//     in one order. The batch commits only when every one of its events
-//     succeeded; the results are given only after the commit.
+//     (up to Config.Batch), oldest first.
+//   - A batch holds at most one event per ordered stream (the next of a
+//     stream waits for a later batch, in the order they came) and runs
+//     them in the order of their streams. Each event takes its inbox row
+//     and then its stream's lock, so every transaction takes idem's rows
+//     in one order, stream by stream: two batches, or a batch and an
+//     event processed alone, never wait on each other in a cycle over
+//     them. An event of no order is keyed by its ID instead.
+//   - The batch commits only when every one of its events succeeded; the
+//     results are given only after the commit.
 //   - When any of its events fails (an apply's error, a guessed stream
-//     state that no longer holds, a duplicate recorded meanwhile), or the
-//     commit fails, nothing of the batch committed, and every one of its
-//     events runs again alone, in its caller's goroutine, with its retries,
-//     backoff and dead letters as without batching. The batch only ever
-//     adds one attempt that committed nothing.
+//     state that no longer holds, a duplicate recorded meanwhile, a panic
+//     of a callback), or the commit fails, nothing of the batch committed,
+//     and every one of its events runs again alone, in its caller's
+//     goroutine, with its retries, backoff and dead letters as without
+//     batching (a callback that panics again does so there). The batch
+//     only ever adds one attempt that committed nothing.
 //
-// A batch committed is the events' transactions committed one after the
-// other in that order: the same statements, in one transaction.
+// A batch committed is its events' transactions committed one after the
+// other in that order: the same statements, in one transaction. Since no
+// two of them share a stream, each has the result it would have had alone.
 
 // batchLeaders is how many batches may run at once: one alone would leave
 // the database's other cores idle while its statements run one by one.
@@ -45,6 +52,9 @@ const batchLeaders = 2
 type batchItem struct {
 	ctx context.Context
 	ev  event.Event
+	// key is what no two events of a batch share: the ordered event's
+	// stream, or the event of no order.
+	key store.EventKey
 	res Result
 	err error
 	// alone is set when the event's batch did not commit: its caller
@@ -78,6 +88,14 @@ func newBatcher(max int) *batcher {
 func (p *Processor[TX]) processBatched(ctx context.Context, ev event.Event) (Result, error) {
 	b := p.batch
 	it := &batchItem{ctx: ctx, ev: ev, done: make(chan struct{})}
+	mode := p.cfg.Mode
+	if p.cfg.ModeOf != nil {
+		mode = p.cfg.ModeOf(ev) // here, where a panic is its caller's
+	}
+	it.key = store.EventKey{Source: ev.Source, ID: ev.ID}
+	if mode != 0 {
+		it.key = store.EventKey{Source: ev.Source, ID: "\x00" + ev.Subject} // no event ID begins with NUL
+	}
 	b.mu.Lock()
 	b.queue = append(b.queue, it)
 	b.mu.Unlock()
@@ -85,11 +103,14 @@ func (p *Processor[TX]) processBatched(ctx context.Context, ev event.Event) (Res
 	case <-it.done:
 	case b.leaders <- struct{}{}:
 		// This caller leads: it runs what waits, its own event among
-		// them unless an earlier leader took it or the batch is full.
-		for b.queued(it) {
-			p.leadBatch()
-		}
-		<-b.leaders
+		// them unless an earlier leader took it, the batch is full or
+		// the batch holds its stream already.
+		func() {
+			defer func() { <-b.leaders }()
+			for b.queued(it) {
+				p.leadBatch()
+			}
+		}()
 		<-it.done
 	case <-ctx.Done():
 		if b.unqueue(it) {
@@ -97,8 +118,11 @@ func (p *Processor[TX]) processBatched(ctx context.Context, ev event.Event) (Res
 		}
 		<-it.done // a leader took it: its batch decides
 	}
-	if it.alone {
+	switch {
+	case it.alone:
 		return p.run(ctx, ev, nil)
+	case it.err == nil:
+		p.hooks.committed(it.res) // on the event's own goroutine, as without batching
 	}
 	return it.res, it.err
 }
@@ -122,8 +146,8 @@ func (b *batcher) unqueue(it *batchItem) bool {
 }
 
 // take removes up to max waiting events from the queue, oldest first,
-// leaving a second delivery of an event taken for a later batch (in one
-// batch it would fail the batch on the first's inbox row).
+// leaving for a later batch an event whose key (its stream, or the event)
+// one taken has.
 func (b *batcher) take() []*batchItem {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -133,12 +157,11 @@ func (b *batcher) take() []*batchItem {
 		keys  = map[store.EventKey]bool{}
 	)
 	for _, it := range b.queue {
-		k := store.EventKey{Source: it.ev.Source, ID: it.ev.ID}
-		if len(taken) == b.max || keys[k] {
+		if len(taken) == b.max || keys[it.key] {
 			left = append(left, it)
 			continue
 		}
-		keys[k] = true
+		keys[it.key] = true
 		taken = append(taken, it)
 	}
 	b.queue = left
@@ -159,31 +182,49 @@ func (p *Processor[TX]) leadBatch() {
 		}
 		live = append(live, it)
 	}
-	if len(live) > 0 && p.runBatch(live) {
-		if len(live) > 1 {
+	committed := false
+	defer func() { // whatever happens, every taken event gets its answer
+		for _, it := range live {
+			it.alone = !committed
+			close(it.done)
+		}
+	}()
+	committed = len(live) > 0 && p.runBatch(live)
+	if len(live) > 1 {
+		if committed {
 			p.batch.batches.Add(1)
 		}
-	} else {
-		for _, it := range live {
-			it.alone = true
-		}
-	}
-	for _, it := range live {
-		close(it.done)
+		p.hooks.OnBatch(len(live), committed)
 	}
 }
 
 // runBatch processes items in one transaction, each event's first
-// attempt in the order of its stream and ID, and reports whether it
-// committed; then each item holds its result.
-func (p *Processor[TX]) runBatch(items []*batchItem) bool {
+// attempt in the order of its stream (or, of no order, its ID), and
+// reports whether it committed; then each item holds its result. A panic
+// of a callback (ModeOf, ExecutionRank) gives the batch up: each event
+// runs again alone, where it panics again in its own caller.
+func (p *Processor[TX]) runBatch(items []*batchItem) (committed bool) {
 	slices.SortFunc(items, func(a, b *batchItem) int {
-		return cmp.Or(cmp.Compare(a.ev.Source, b.ev.Source), cmp.Compare(a.ev.Subject, b.ev.Subject), cmp.Compare(a.ev.ID, b.ev.ID))
+		return cmp.Or(cmp.Compare(a.key.Source, b.key.Source), cmp.Compare(a.key.ID, b.key.ID))
 	})
 	tries := make([]*try, len(items))
+	defer func() {
+		if recover() != nil {
+			committed = false
+		}
+		if !committed {
+			for _, t := range tries {
+				if t != nil && t.guessFailed() {
+					// As retry does: the stream's next events are decided
+					// under its lock, its alone run's among them.
+					p.streams.missed(t.prev)
+				}
+			}
+		}
+	}()
 	// A lone event's transaction ends with its caller's context, as
-	// without batching; a batch's outlives any one caller's, whose event
-	// fails the batch instead when its context ends before its part ran.
+	// without batching; a batch's outlives any one caller's: an event
+	// whose context ends while the batch runs fails the batch instead.
 	ctx := items[0].ctx
 	if len(items) > 1 {
 		ctx = context.WithoutCancel(ctx)
@@ -191,6 +232,7 @@ func (p *Processor[TX]) runBatch(items []*batchItem) bool {
 	err := p.s.InTx(ctx, func(_ context.Context, tx TX) error {
 		for i, it := range items {
 			t := &try{n: 1, last: p.cfg.MaxAttempts <= 1, doomed: map[store.EventKey]doom{}}
+			tries[i] = t
 			res, err := p.processTx(it.ctx, tx, it.ev, t, nil)
 			if err == nil {
 				err = it.ctx.Err()
@@ -199,18 +241,17 @@ func (p *Processor[TX]) runBatch(items []*batchItem) bool {
 				return err
 			}
 			res.Attempts = 1
-			it.res, tries[i] = res, t
+			it.res = res
 		}
 		return nil
 	})
 	if err != nil {
 		return false
 	}
-	for i, it := range items {
-		if t := tries[i]; t.known != nil {
+	for _, t := range tries {
+		if t.known != nil {
 			p.streams.put(t.known.after(t.prev, false))
 		}
-		p.hooks.committed(it.res)
 	}
 	return true
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/order"
+	"github.com/idemhq/idem/store/memstore"
 )
 
 // TestBatch builds one batch on purpose (Config.Batch): two events hold
@@ -109,8 +111,8 @@ func TestBatch(t *testing.T) {
 			send(ev("block", "blk-b", 1)) // the second leader's
 			<-started
 			// Both leaders are busy: these queue. Stream "a" gets its
-			// sequences 1 to 3 in one batch (each decided on what the
-			// batch wrote before it), "b" and "c" one each.
+			// sequences 1 to 3, of which a batch takes one (the first
+			// queued), "b" and "c" one each.
 			batch := []event.Event{ev("order.paid", "a", 3), ev("order.paid", "a", 1), ev("order.paid", "b", 1), ev("order.paid", "a", 2), ev("order.paid", "c", 1)}
 			switch c.special {
 			case "":
@@ -143,12 +145,13 @@ func TestBatch(t *testing.T) {
 			if n := inbox.BatchesCommitted(p) - before; (n > 0) != c.batched {
 				t.Errorf("%d batches committed, want batched %v", n, c.batched)
 			}
-			// Every ordinary event: processed (or, run alone after a
-			// batch that failed, parked until its predecessor came), its
-			// effect once, in order on its stream.
+			// Every ordinary event: processed (or parked until its
+			// predecessor came: stream a's events queue in any order, and
+			// go in separate batches in that order), its effect once, in
+			// order on its stream.
 			for subject, want := range map[string]string{"a": "[1 2 3]", "b": "[1]", "c": "[1]", "blk-a": "[1]", "blk-b": "[1]"} {
 				for _, a := range got[subject] {
-					parked := !c.batched && a.res.Outcome == inbox.OutcomeParked
+					parked := (subject == "a" || !c.batched) && a.res.Outcome == inbox.OutcomeParked
 					if a.err != nil || (a.res.Outcome != inbox.OutcomeProcessed && !parked) {
 						t.Errorf("%s seq %d: %+v %v, want processed", subject, a.ev.Sequence, a.res, a.err)
 					}
@@ -205,5 +208,149 @@ func TestBatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBatchRedeliveryElsewhere: a batch takes one event per stream. With
+// two of stream s in one batch, the batch would hold s's lock (from the
+// first) while it inserts the second's inbox row, which a redelivery of
+// that second event, run meanwhile by another processor, would already
+// hold while it waits for s's lock: a deadlock that PostgreSQL breaks only
+// after deadlock_timeout, failing one side. Here the second event waits
+// for a later batch, and nothing fails.
+func TestBatchRedeliveryElsewhere(t *testing.T) {
+	ctx := context.Background()
+	pool, s := ledgerStore(t)
+	release := map[string]chan struct{}{"blk-a": make(chan struct{}), "blk-b": make(chan struct{}), "s": make(chan struct{})}
+	started := make(chan string, 4)
+	apply := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		if ev.Type == "block" {
+			started <- ev.Subject
+			<-release[ev.Subject]
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO ledger (subject, seq) VALUES ($1, $2)`, ev.Subject, ev.Sequence)
+		return err
+	}
+	var abandoned atomic.Int64
+	cfg := &inbox.Config{Mode: order.ModeDelta, Batch: 16, Logger: slog.New(slog.DiscardHandler),
+		Hooks: inbox.Hooks{OnBatch: func(_ int, committed bool) {
+			if !committed {
+				abandoned.Add(1)
+			}
+		}}}
+	p, err := inbox.New(s, apply, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := inbox.New(s, apply, &inbox.Config{Mode: order.ModeDelta, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(typ, subject string, seq int64) event.Event {
+		return event.Event{Source: "https://shop.example/orders", ID: fmt.Sprintf("%s-%d", subject, seq), Type: typ,
+			Subject: subject, Sequence: seq, Data: []byte(`{}`), DataContentType: "application/json"}
+	}
+	errs := make(chan error, 8)
+	send := func(p *inbox.Processor[pgx.Tx], e event.Event) {
+		go func() {
+			res, err := p.Process(ctx, e)
+			if err == nil && res.Outcome != inbox.OutcomeProcessed && res.Outcome != inbox.OutcomeDuplicate {
+				err = fmt.Errorf("%s: %v", e.ID, res.Outcome)
+			}
+			errs <- err
+		}()
+	}
+	send(p, ev("block", "blk-a", 1))
+	<-started
+	send(p, ev("block", "blk-b", 1))
+	<-started
+	for i, e := range []event.Event{ev("block", "s", 1), ev("order.paid", "s", 2)} { // queued in this order
+		send(p, e)
+		for inbox.Waiting(p) < i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release["blk-a"]) // a leader takes the waiting events: s-1 only
+	if w := <-started; w != "s" {
+		t.Fatalf("%s started, want s", w)
+	}
+	// The redelivery of s-2 elsewhere records it and waits for s's lock
+	// (there is no other signal that it waits).
+	send(other, ev("order.paid", "s", 2))
+	time.Sleep(100 * time.Millisecond)
+	close(release["s"])
+	close(release["blk-b"])
+	for range 5 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := abandoned.Load(); n != 0 {
+		t.Errorf("%d batches abandoned, want none", n)
+	}
+	if l := fmt.Sprint(ledgerSeqs(t, pool, "s")); l != "[1 2]" {
+		t.Errorf("s's effects %s, want [1 2]", l)
+	}
+}
+
+// TestBatchCallbackPanics: a callback that panics (here ExecutionRank, for
+// the events of one stream) gives its batch up; every event of the batch
+// runs again alone, where the panic surfaces in that event's own caller,
+// and the other events are processed. No leader's turn is lost: events
+// that come after are processed too.
+func TestBatchCallbackPanics(t *testing.T) {
+	ctx := context.Background()
+	in := memstore.NewInbox()
+	var applied sync.Map
+	p, err := inbox.New(in, func(_ context.Context, tx *memstore.Tx, ev event.Event) error {
+		if _, again := applied.LoadOrStore(ev.ID, true); again {
+			return inbox.Invalid(fmt.Errorf("%s applied twice", ev.ID))
+		}
+		tx.OnRollback(func() { applied.Delete(ev.ID) }) // an effect of the transaction
+		return nil
+	}, &inbox.Config{Mode: order.ModeDelta, Batch: 8, Logger: slog.New(slog.DiscardHandler),
+		ExecutionRank: func(ev event.Event) int64 {
+			if ev.Type == "boom" {
+				panic("rank of " + ev.ID)
+			}
+			return 1
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(typ, subject string) event.Event {
+		return event.Event{Source: "https://shop.example/orders", ID: typ + "-" + subject, Type: typ,
+			Subject: subject, Sequence: 1, Data: []byte(`{}`), DataContentType: "application/json"}
+	}
+	process := func(e event.Event) (res inbox.Result, err error, panicked any) {
+		defer func() { panicked = recover() }()
+		res, err = p.Process(ctx, e)
+		return res, err, nil
+	}
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for i := range 12 {
+			typ := "ok"
+			if i%4 == 0 {
+				typ = "boom"
+			}
+			e := ev(typ, fmt.Sprintf("r%d-%d", round, i))
+			wg.Go(func() {
+				res, err, panicked := process(e)
+				switch {
+				case typ == "boom" && panicked != "rank of "+e.ID:
+					t.Errorf("%s: panicked %v (%+v %v), want its own panic", e.ID, panicked, res, err)
+				case typ == "ok" && (panicked != nil || err != nil || res.Outcome != inbox.OutcomeProcessed):
+					t.Errorf("%s: %+v %v, panicked %v; want processed", e.ID, res, err, panicked)
+				}
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: Process calls still waiting after 30 s", round)
+		}
 	}
 }

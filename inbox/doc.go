@@ -35,6 +35,13 @@
 // again as above; the Processor then decides that stream's next events
 // under the lock for a while before it guesses again.
 //
+// With Config.Batch set, events that arrive while others are being
+// processed share a transaction: each runs steps 1 to 4 as above, one after
+// another, and one commit makes them all durable. The batch commits only
+// when every one of its events succeeded; otherwise nothing of it commits
+// and each event runs again alone, as without batching. Every rule above
+// holds for each event of a batch.
+//
 // # Failures
 //
 //   - ApplyFunc returns an error wrapped by Invalid: the transaction rolls

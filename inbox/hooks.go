@@ -30,6 +30,10 @@ type Hooks struct {
 	// OnUnavailable: an event was not acknowledged because the store could
 	// not answer or the commit's outcome was unknown.
 	OnUnavailable func()
+	// OnBatch: a batch of events (Config.Batch) ended, committed or given
+	// up (nothing of it committed, and each of its events runs again
+	// alone). A batch of one event is not reported.
+	OnBatch func(events int, committed bool)
 }
 
 // withDefaults fills the nil hooks with ones that do nothing, so that the
@@ -43,6 +47,9 @@ func (h Hooks) withDefaults() Hooks {
 	}
 	if h.OnDeadLetters == nil {
 		h.OnDeadLetters = func(int) {}
+	}
+	if h.OnBatch == nil {
+		h.OnBatch = func(int, bool) {}
 	}
 	for _, f := range []*func(){&h.OnCompensated, &h.OnRetry, &h.OnBackpressure, &h.OnUnavailable} {
 		if *f == nil {

@@ -189,26 +189,35 @@ type Config struct {
 	// Batch is how many events Process may record and apply in one
 	// transaction: group commit for the inbox. Events that arrive while
 	// others are being processed wait for the next batch (at most two run
-	// at once); one that arrives alone is processed at once, as without
-	// batching. In a batch each event's first attempt runs in the shared
-	// transaction, one event after another (in the order of their streams
-	// and IDs), and the batch commits only when every one of them
-	// succeeded: one commit, and one sync, for all of them, each with the
-	// result it would have had in a transaction of its own. When one of
-	// them fails, or the commit does, nothing of the batch commits and
-	// each event is processed again alone, with its usual retries: its
-	// apply function may then run once more than MaxAttempts.
+	// at once); one that arrives with a leader free is taken at once. A
+	// batch holds at most one event per ordered stream (the next of a
+	// stream waits for a later batch, in the order they came), and runs
+	// each event's first attempt in the shared transaction, one after
+	// another in the order of their streams, exactly as that event would
+	// run alone; it commits only when every one of them succeeded: one
+	// commit, and one sync, for all of them, each with the result it would
+	// have had in a transaction of its own. When one of them fails (its
+	// apply, a remembered stream state that no longer holds, a duplicate
+	// recorded meanwhile, a panic of a callback) or the commit does,
+	// nothing of the batch commits and each event is processed again
+	// alone, with its usual retries: a failed batch costs its events one
+	// attempt more (their apply functions may run once more than
+	// MaxAttempts), and its failure is reported to Hooks.OnBatch.
 	//
 	// Turn it on when events arrive concurrently and each apply's
 	// transaction is short: with 16 events in flight through the webhook
 	// endpoint, an ordered event took about a third less time on
-	// PostgreSQL and under half on SQLite (docs/performance.md). Leave it off
-	// when an apply locks rows that the applies of other streams' events
-	// lock too (a shared counter, a parent row): two batches may then lock
-	// them in opposite orders, and the database breaks the deadlock only
-	// after its timeout (PostgreSQL's deadlock_timeout, 1 s by default),
-	// after which the batch's events run alone. 0 or 1 (the default)
-	// processes each event in a transaction of its own.
+	// PostgreSQL and under half on SQLite (docs/performance.md). idem's own
+	// rows are taken in one order in every transaction, so they never
+	// deadlock. Leave it off when an apply locks rows that the applies of
+	// other streams' events lock too (a shared counter, a parent row): two
+	// batches, or a batch and an event processed alone, may then lock them
+	// in opposite orders, and the database breaks the deadlock only after
+	// its timeout (PostgreSQL's deadlock_timeout, 1 s by default) by
+	// failing one side: a batch then runs its events alone, an event
+	// processed alone is answered ErrUnavailable (not acknowledged, so it
+	// is redelivered). 0 or 1 (the default) processes each event in a
+	// transaction of its own.
 	Batch int
 	// MaxAttempts is how many times a transient apply failure is tried in
 	// one Process call before the event is dead-lettered. Defaults to 3.

@@ -24,7 +24,8 @@
 //	inbox     idem_inbox_events_total{outcome}, idem_inbox_gaps_total{mode},
 //	          idem_inbox_gaps_compensated_total, idem_inbox_dead_letters_total,
 //	          idem_inbox_apply_retries_total, idem_inbox_backpressure_total,
-//	          idem_inbox_store_unavailable_total
+//	          idem_inbox_store_unavailable_total, idem_inbox_batches_total{result},
+//	          idem_inbox_batch_events_total{result}
 //	outbox    idem_outbox_deliveries_total{target,result},
 //	          idem_outbox_attempt_duration_seconds, idem_outbox_fenced_total,
 //	          idem_outbox_unknown_outcomes_total

@@ -56,15 +56,27 @@ func Inbox(reg prometheus.Registerer) (inbox.Hooks, error) {
 		Name: "idem_inbox_store_unavailable_total",
 		Help: "Events not acknowledged because the store could not answer or the commit's outcome was unknown.",
 	})
+	batches := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_inbox_batches_total",
+		Help: "Batches of events in one transaction (inbox.Config.Batch), by result: committed, or abandoned (nothing committed, each event run again alone).",
+	}, []string{"result"})
+	batchEvents := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_inbox_batch_events_total",
+		Help: "Events in those batches, by the batch's result: divided by idem_inbox_batches_total, the mean batch size.",
+	}, []string{"result"})
 	// Every label value exists from the start, so that rate() sees a zero
 	// first.
+	for _, r := range []string{"committed", "abandoned"} {
+		batches.WithLabelValues(r)
+		batchEvents.WithLabelValues(r)
+	}
 	for _, o := range []inbox.Outcome{inbox.OutcomeProcessed, inbox.OutcomeDuplicate, inbox.OutcomeStale,
 		inbox.OutcomeSuperseded, inbox.OutcomeParked, inbox.OutcomeDeadLettered} {
 		events.WithLabelValues(o.String())
 	}
 	gaps.WithLabelValues(order.ModeSnapshot.String())
 	gaps.WithLabelValues(order.ModeDelta.String())
-	if err := register(reg, "inbox", "Processor", events, gaps, compensated, deadLetters, retries, backpressure, unavailable); err != nil {
+	if err := register(reg, "inbox", "Processor", events, gaps, compensated, deadLetters, retries, backpressure, unavailable, batches, batchEvents); err != nil {
 		return inbox.Hooks{}, err
 	}
 	return inbox.Hooks{
@@ -75,6 +87,14 @@ func Inbox(reg prometheus.Registerer) (inbox.Hooks, error) {
 		OnRetry:        retries.Inc,
 		OnBackpressure: backpressure.Inc,
 		OnUnavailable:  unavailable.Inc,
+		OnBatch: func(n int, committed bool) {
+			r := "abandoned"
+			if committed {
+				r = "committed"
+			}
+			batches.WithLabelValues(r).Inc()
+			batchEvents.WithLabelValues(r).Add(float64(n))
+		},
 	}, nil
 }
 

@@ -98,6 +98,10 @@ func TestInboxAndWebhook(t *testing.T) {
 	// Before anything happened, every outcome is there at zero.
 	want(t, reg, 0, "idem_inbox_events_total", "outcome=dead_lettered")
 	want(t, reg, 0, "idem_inbox_gaps_total", "mode=delta")
+	want(t, reg, 0, "idem_inbox_batches_total", "result=abandoned")
+	ih.OnBatch(3, true)
+	want(t, reg, 1, "idem_inbox_batches_total", "result=committed")
+	want(t, reg, 3, "idem_inbox_batch_events_total", "result=committed")
 	hdr, body, err := event.ToHTTP(event.Event{Source: "https://shop.example/orders", ID: "e-1", Type: "order.paid",
 		Subject: "o-1", Sequence: 1, DataContentType: "application/json", Data: []byte(`{}`)}, event.ModeBinary)
 	if err != nil {

@@ -153,11 +153,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	snapshotP, snapshotH, err := newEndpoint(st, order.ModeSnapshot, applyState, log)
+	snapshotP, snapshotH, err := newEndpoint(st, order.ModeSnapshot, applyState, log, nil)
 	if err != nil {
 		return err
 	}
-	deltaP, deltaH, err := newEndpoint(st, order.ModeDelta, applyChange, log)
+	deltaP, deltaH, err := newEndpoint(st, order.ModeDelta, applyChange, log, nil)
 	if err != nil {
 		return err
 	}

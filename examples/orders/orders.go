@@ -257,9 +257,14 @@ func loggedSeqs(ctx context.Context, db *sql.DB, id string) ([]int64, error) {
 // newEndpoint returns the processor and the webhook handler of one endpoint
 // over st: events signed with secret, from source only, ordered per order in
 // mode, applied by apply in the inbox's transaction. log receives idem's
-// log lines (gaps, dead letters).
-func newEndpoint(st *sqlitestore.Store, mode order.Mode, apply inbox.ApplyFunc[*sql.Tx], log *slog.Logger) (*inbox.Processor[*sql.Tx], http.Handler, error) {
-	p, err := inbox.New[*sql.Tx](st, apply, &inbox.Config{Mode: mode, Logger: log})
+// log lines (gaps, dead letters); tune, if set, changes the rest of the
+// processor's configuration.
+func newEndpoint(st *sqlitestore.Store, mode order.Mode, apply inbox.ApplyFunc[*sql.Tx], log *slog.Logger, tune func(*inbox.Config)) (*inbox.Processor[*sql.Tx], http.Handler, error) {
+	cfg := &inbox.Config{Mode: mode, Logger: log}
+	if tune != nil {
+		tune(cfg)
+	}
+	p, err := inbox.New[*sql.Tx](st, apply, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

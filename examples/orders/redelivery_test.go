@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/event"
+	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/order"
 	"github.com/idemhq/idem/store/sqlitestore"
 )
@@ -83,7 +84,10 @@ const (
 // there: before-commit:N inside apply, with the Nth event's change written
 // in the open transaction; after-commit:N in WriteHeader of the Nth 200,
 // which the handler calls only after Process returned, that is after the
-// commit. The kinds alternate.
+// commit. The kinds alternate. Two consumers in four batch the events in
+// flight (inbox.Config.Batch), so that one of them is killed with a batch
+// of events written in its open transaction, and the test fails unless
+// some batches of several events committed.
 //
 // The producer is the test: each order o-000.. has its run of delta events
 // (40 at full size) "add k", k distinct over all events, so that a sum
@@ -171,7 +175,7 @@ func TestRedelivery(t *testing.T) {
 		transport.CloseIdleConnections()
 	})
 
-	cur, err = startConsumer(ctx, path, plan[0])
+	cur, err = startConsumer(ctx, path, plan[0], 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +185,7 @@ func TestRedelivery(t *testing.T) {
 	}
 
 	restartAfter := (len(plan) - 1) / 2 // the kill after which the database restarts
+	batches := 0                        // of several events, committed by the killed consumers
 	for k, cp := range plan {
 		select {
 		case <-cur.exited:
@@ -192,6 +197,7 @@ func TestRedelivery(t *testing.T) {
 		if how, killed := fate(cur.err); !killed {
 			t.Fatalf("consumer %d (%s) %s, want killed by SIGKILL; its stderr:\n%s", k+1, cp, how, cur.stderr.String())
 		}
+		batches += strings.Count(cur.stderr.String(), batchCommitted)
 		acked := r.ackedSoFar()
 		s, err := readState(ctx, path)
 		if err != nil {
@@ -216,7 +222,7 @@ func TestRedelivery(t *testing.T) {
 		if k+1 < len(plan) {
 			next = plan[k+1]
 		}
-		if cur, err = startConsumer(ctx, path, next); err != nil {
+		if cur, err = startConsumer(ctx, path, next, batchOf(k+1)); err != nil {
 			t.Fatal(err)
 		}
 		r.url.Store(&cur.url)
@@ -258,8 +264,11 @@ func TestRedelivery(t *testing.T) {
 		r.attempts.Load(), len(w.deliveries), r.connErrors.Load(), r.serverErrors.Load())
 	t.Logf("end: idem_inbox %d rows = %d distinct events; order_log %d rows, each event once, in sequence order per order; paid = the sum of the adds for all %d orders; %d parked, %d open gaps, %d dead letters",
 		s.inboxRows, len(w.events), s.logRows, len(s.orders), len(s.parked), s.openGaps, s.deadLetters)
-	t.Logf("%d kills (%d before a commit, %d after one), 1 database restart, wall time %v",
-		len(plan), (len(plan)+1)/2, len(plan)/2, time.Since(began).Round(time.Millisecond))
+	t.Logf("%d kills (%d before a commit, %d after one), 1 database restart, wall time %v; the killed consumers that batched committed %d batches of several events",
+		len(plan), (len(plan)+1)/2, len(plan)/2, time.Since(began).Round(time.Millisecond), batches)
+	if batches == 0 {
+		t.Errorf("no batch of several events committed: the batching consumers did not batch")
+	}
 }
 
 // The consumer process: the test binary with these variables set (see
@@ -267,7 +276,21 @@ func TestRedelivery(t *testing.T) {
 const (
 	envConsumerDB = "IDEM_ORDERS_CONSUMER_DB" // the SQLite file, created by the parent
 	envCrash      = "IDEM_ORDERS_CRASH"       // "" or a crashPoint: before-commit:N, after-commit:N
+	envBatch      = "IDEM_ORDERS_BATCH"       // the consumer's inbox.Config.Batch
 )
+
+// batchOf is the inbox.Config.Batch of consumer k (from 0): two in four
+// batch, so that crash points of both kinds meet batches.
+func batchOf(k int) int {
+	if k/2%2 == 1 {
+		return 8
+	}
+	return 0
+}
+
+// batchCommitted starts the line a consumer writes on stderr for each batch
+// of several events it committed.
+const batchCommitted = "batch committed:"
 
 // Crash points of a consumer.
 const (
@@ -322,7 +345,8 @@ func crashPlan(rng *rand.Rand, kills int, w *workload) []crashPoint {
 // consumerMain runs a consumer from its environment and returns its exit
 // code.
 func consumerMain() int {
-	if err := consume(os.Getenv(envConsumerDB), os.Getenv(envCrash)); err != nil {
+	batch, _ := strconv.Atoi(os.Getenv(envBatch))
+	if err := consume(os.Getenv(envConsumerDB), os.Getenv(envCrash), batch); err != nil {
 		fmt.Fprintf(os.Stderr, "consumer (%s=%q): %v\n", envCrash, os.Getenv(envCrash), err)
 		return 3
 	}
@@ -330,9 +354,10 @@ func consumerMain() int {
 }
 
 // consume serves the delta endpoint over the file at path on 127.0.0.1,
-// prints its address on stdout, and serves until SIGTERM (then it shuts
-// down cleanly) or its crash point (then it is killed).
-func consume(path, crash string) error {
+// batching up to batch events in flight, prints its address on stdout, and
+// serves until SIGTERM (then it shuts down cleanly) or its crash point
+// (then it is killed).
+func consume(path, crash string, batch int) error {
 	cp, err := parseCrashPoint(crash)
 	if err != nil {
 		return err
@@ -357,7 +382,14 @@ func consume(path, crash string) error {
 		return nil
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	_, h, err := newEndpoint(st, order.ModeDelta, apply, log)
+	_, h, err := newEndpoint(st, order.ModeDelta, apply, log, func(c *inbox.Config) {
+		c.Batch = batch
+		c.Hooks.OnBatch = func(n int, committed bool) {
+			if committed {
+				fmt.Fprintln(os.Stderr, batchCommitted, n) // the parent counts them
+			}
+		}
+	})
 	if err != nil {
 		return err
 	}
@@ -438,7 +470,7 @@ type consumer struct {
 
 // startConsumer starts a consumer over the file at path, to die at cp, and
 // returns once it has printed its address.
-func startConsumer(ctx context.Context, path string, cp crashPoint) (*consumer, error) {
+func startConsumer(ctx context.Context, path string, cp crashPoint, batch int) (*consumer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -449,7 +481,7 @@ func startConsumer(ctx context.Context, path string, cp crashPoint) (*consumer, 
 	}
 	defer pr.Close()
 	c := &consumer{crash: cp, cmd: exec.Command(exe), exited: make(chan struct{})}
-	c.cmd.Env = append(os.Environ(), envConsumerDB+"="+path, envCrash+"="+cp.String())
+	c.cmd.Env = append(os.Environ(), envConsumerDB+"="+path, envCrash+"="+cp.String(), envBatch+"="+strconv.Itoa(batch))
 	c.cmd.Stdout = pw // the child's own end: nothing copies it, Wait does not close pr
 	c.cmd.Stderr = &c.stderr
 	err = c.cmd.Start()
