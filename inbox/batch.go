@@ -23,26 +23,48 @@ import (
 //     its own transaction, as without batching. Events that arrive while
 //     every leader is busy wait, and the next leader takes them together
 //     (up to Config.Batch), oldest first.
-//   - A batch holds at most one event per ordered stream (the next of a
-//     stream waits for a later batch, in the order they came) and runs
-//     them in the order of their streams. Each event takes its inbox row
-//     and then its stream's lock, so every transaction takes idem's rows
-//     in one order, stream by stream: two batches, or a batch and an
-//     event processed alone, never wait on each other in a cycle over
-//     them. An event of no order is keyed by its ID instead.
+//   - A batch holds at most one event per subject (source and subject:
+//     an ordered event's stream; an event without a subject counts as its
+//     own), the next waiting for a later batch, taken in the order they
+//     came, and runs them in the order of their subjects. Each event takes
+//     its inbox row and then its stream's lock, so every transaction takes
+//     idem's rows in one order, subject by subject: two batches, or a
+//     batch and an event processed alone, never wait on each other in a
+//     cycle over them, nor over business rows that an apply locks for its
+//     event's subject only.
 //   - The batch commits only when every one of its events succeeded; the
 //     results are given only after the commit.
+//   - An event of no order is recorded before it is applied in a batch
+//     (as Config.RecordFirst does), so that a redelivery is answered as a
+//     duplicate without failing its batch.
 //   - When any of its events fails (an apply's error, a guessed stream
-//     state that no longer holds, a duplicate recorded meanwhile, a panic
-//     of a callback), or the commit fails, nothing of the batch committed,
-//     and every one of its events runs again alone, in its caller's
-//     goroutine, with its retries, backoff and dead letters as without
-//     batching (a callback that panics again does so there). The batch
-//     only ever adds one attempt that committed nothing.
+//     state that no longer holds, a panic of a callback), or the commit
+//     fails, nothing of the batch committed, and every one of its events
+//     runs again alone, in its caller's goroutine, with its retries,
+//     backoff and dead letters as without batching. The event whose
+//     attempt failed goes on from that attempt, as if it had run alone
+//     (counted, backed off, reported to OnRetry); the others start again,
+//     their attempt in the batch not counted (a callback that panics
+//     panics again in its own caller).
 //
 // A batch committed is its events' transactions committed one after the
 // other in that order: the same statements, in one transaction. Since no
 // two of them share a stream, each has the result it would have had alone.
+
+// batchKey is what no two events of a batch share, and orders them: the
+// event's subject, or for an event without one, the event itself.
+type batchKey struct{ source, subject, id string }
+
+func keyOf(ev event.Event) batchKey {
+	if ev.Subject == "" {
+		return batchKey{source: ev.Source, id: ev.ID}
+	}
+	return batchKey{source: ev.Source, subject: ev.Subject}
+}
+
+func (k batchKey) compare(o batchKey) int {
+	return cmp.Or(cmp.Compare(k.source, o.source), cmp.Compare(k.subject, o.subject), cmp.Compare(k.id, o.id))
+}
 
 // batchLeaders is how many batches may run at once: one alone would leave
 // the database's other cores idle while its statements run one by one.
@@ -52,14 +74,14 @@ const batchLeaders = 2
 type batchItem struct {
 	ctx context.Context
 	ev  event.Event
-	// key is what no two events of a batch share: the ordered event's
-	// stream, or the event of no order.
-	key store.EventKey
+	key batchKey
 	res Result
 	err error
 	// alone is set when the event's batch did not commit: its caller
-	// processes it again, alone.
+	// processes it again, alone, going on from first when the batch
+	// failed on the event's own attempt.
 	alone bool
+	first *firstTry
 	done  chan struct{}
 }
 
@@ -87,15 +109,7 @@ func newBatcher(max int) *batcher {
 // or alone.
 func (p *Processor[TX]) processBatched(ctx context.Context, ev event.Event) (Result, error) {
 	b := p.batch
-	it := &batchItem{ctx: ctx, ev: ev, done: make(chan struct{})}
-	mode := p.cfg.Mode
-	if p.cfg.ModeOf != nil {
-		mode = p.cfg.ModeOf(ev) // here, where a panic is its caller's
-	}
-	it.key = store.EventKey{Source: ev.Source, ID: ev.ID}
-	if mode != 0 {
-		it.key = store.EventKey{Source: ev.Source, ID: "\x00" + ev.Subject} // no event ID begins with NUL
-	}
+	it := &batchItem{ctx: ctx, ev: ev, key: keyOf(ev), done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, it)
 	b.mu.Unlock()
@@ -106,7 +120,13 @@ func (p *Processor[TX]) processBatched(ctx context.Context, ev event.Event) (Res
 		// them unless an earlier leader took it, the batch is full or
 		// the batch holds its stream already.
 		func() {
-			defer func() { <-b.leaders }()
+			defer func() {
+				<-b.leaders
+				if r := recover(); r != nil {
+					b.unqueue(it) // a hook panicked: this caller will not wait for it
+					panic(r)
+				}
+			}()
 			for b.queued(it) {
 				p.leadBatch()
 			}
@@ -120,7 +140,7 @@ func (p *Processor[TX]) processBatched(ctx context.Context, ev event.Event) (Res
 	}
 	switch {
 	case it.alone:
-		return p.run(ctx, ev, nil)
+		return p.runAfter(ctx, ev, nil, it.first)
 	case it.err == nil:
 		p.hooks.committed(it.res) // on the event's own goroutine, as without batching
 	}
@@ -146,15 +166,15 @@ func (b *batcher) unqueue(it *batchItem) bool {
 }
 
 // take removes up to max waiting events from the queue, oldest first,
-// leaving for a later batch an event whose key (its stream, or the event)
-// one taken has.
+// leaving for a later batch an event whose key (its subject) one taken
+// has.
 func (b *batcher) take() []*batchItem {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var (
 		taken []*batchItem
 		left  []*batchItem
-		keys  = map[store.EventKey]bool{}
+		keys  = map[batchKey]bool{}
 	)
 	for _, it := range b.queue {
 		if len(taken) == b.max || keys[it.key] {
@@ -199,27 +219,37 @@ func (p *Processor[TX]) leadBatch() {
 }
 
 // runBatch processes items in one transaction, each event's first
-// attempt in the order of its stream (or, of no order, its ID), and
-// reports whether it committed; then each item holds its result. A panic
-// of a callback (ModeOf, ExecutionRank) gives the batch up: each event
-// runs again alone, where it panics again in its own caller.
+// attempt in the order of its key, and reports whether it committed; then
+// each item holds its result. When it did not, the item whose attempt
+// failed, if it was its own doing, holds that attempt (first). A panic of a
+// callback (ModeOf, ExecutionRank) gives the batch up: each event runs
+// again alone, where it panics again in its own caller.
 func (p *Processor[TX]) runBatch(items []*batchItem) (committed bool) {
-	slices.SortFunc(items, func(a, b *batchItem) int {
-		return cmp.Or(cmp.Compare(a.key.Source, b.key.Source), cmp.Compare(a.key.ID, b.key.ID))
-	})
+	slices.SortFunc(items, func(a, b *batchItem) int { return a.key.compare(b.key) })
 	tries := make([]*try, len(items))
+	failed, failedErr := -1, error(nil)
 	defer func() {
 		if recover() != nil {
-			committed = false
+			committed, failed = false, -1
 		}
-		if !committed {
-			for _, t := range tries {
-				if t != nil && t.guessFailed() {
-					// As retry does: the stream's next events are decided
-					// under its lock, its alone run's among them.
-					p.streams.missed(t.prev)
+		if committed {
+			return
+		}
+		for i, t := range tries {
+			if t != nil && t.guessFailed() {
+				// As retry does: the stream's next events are decided
+				// under its lock, its alone run's among them. Another
+				// event's statement may have met the failure: it is no
+				// event's own.
+				p.streams.missed(t.prev)
+				t.noGuess = true
+				if i <= failed {
+					failed = -1
 				}
 			}
+		}
+		if failed >= 0 {
+			items[failed].first = &firstTry{t: tries[failed], err: failedErr}
 		}
 	}()
 	// A lone event's transaction ends with its caller's context, as
@@ -231,13 +261,16 @@ func (p *Processor[TX]) runBatch(items []*batchItem) (committed bool) {
 	}
 	err := p.s.InTx(ctx, func(_ context.Context, tx TX) error {
 		for i, it := range items {
-			t := &try{n: 1, last: p.cfg.MaxAttempts <= 1, doomed: map[store.EventKey]doom{}}
+			// Recorded first, so that a redelivery of an event of no
+			// order is a duplicate here rather than a failed commit.
+			t := &try{n: 1, last: p.cfg.MaxAttempts <= 1, doomed: map[store.EventKey]doom{}, recordFirst: true}
 			tries[i] = t
 			res, err := p.processTx(it.ctx, tx, it.ev, t, nil)
 			if err == nil {
 				err = it.ctx.Err()
 			}
 			if err != nil {
+				failed, failedErr = i, err
 				return err
 			}
 			res.Attempts = 1

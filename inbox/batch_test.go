@@ -181,6 +181,9 @@ func TestBatch(t *testing.T) {
 				if o := fmt.Sprint(outcomes()); o != want {
 					t.Errorf("x: %s, want %s", o, want)
 				}
+				if c.special == "flaky" && x[0].res.Attempts != 2 {
+					t.Errorf("the event that failed once: %d attempts, want 2 (its attempt in the batch counts)", x[0].res.Attempts)
+				}
 				want = map[string]string{"flaky": "[1]", "again": "[1 2]"}[c.special]
 				if l := fmt.Sprint(ledgerSeqs(t, pool, "x")); l != want {
 					t.Errorf("x's effects %s, want %s", l, want)
@@ -351,6 +354,141 @@ func TestBatchCallbackPanics(t *testing.T) {
 		case <-done:
 		case <-time.After(30 * time.Second):
 			t.Fatalf("round %d: Process calls still waiting after 30 s", round)
+		}
+	}
+}
+
+// TestBatchSubjectsInOneOrder: events of no order on two subjects, whose
+// apply locks its subject's row, go as two batches at once. A batch runs
+// its events in the order of their subjects (not their IDs), so the two
+// lock the rows in one order and never deadlock; a redelivery of one of
+// them, in a batch of its own, is answered as a duplicate without failing
+// its batch.
+func TestBatchSubjectsInOneOrder(t *testing.T) {
+	ctx := context.Background()
+	pool, s := ledgerStore(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE proj (subject text PRIMARY KEY, n int NOT NULL); INSERT INTO proj VALUES ('X', 0), ('W', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	release := map[string]chan struct{}{"blk-a": make(chan struct{}), "blk-b": make(chan struct{})}
+	started := make(chan struct{}, 2)
+	var abandoned, committed atomic.Int64
+	p, err := inbox.New(s, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		if ev.Type == "block" {
+			started <- struct{}{}
+			<-release[ev.Subject]
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE proj SET n = n + 1 WHERE subject = $1`, ev.Subject); err != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond) // the other batch meanwhile locks its first row
+		return nil
+	}, &inbox.Config{Batch: 2, Logger: slog.New(slog.DiscardHandler), Hooks: inbox.Hooks{OnBatch: func(_ int, c bool) {
+		if c {
+			committed.Add(1)
+		} else {
+			abandoned.Add(1)
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(typ, id, subject string) event.Event {
+		return event.Event{Source: "https://shop.example/orders", ID: id, Type: typ, Subject: subject, Data: []byte(`{}`), DataContentType: "application/json"}
+	}
+	if res, err := p.Process(ctx, ev("t", "old", "")); err != nil || res.Outcome != inbox.OutcomeProcessed {
+		t.Fatalf("old: %+v %v", res, err)
+	}
+	type answer struct {
+		id  string
+		res inbox.Result
+		err error
+	}
+	answers := make(chan answer, 8)
+	send := func(e event.Event) {
+		go func() {
+			res, err := p.Process(ctx, e)
+			answers <- answer{e.ID, res, err}
+		}()
+	}
+	send(ev("block", "blk-a", "blk-a"))
+	<-started
+	send(ev("block", "blk-b", "blk-b"))
+	<-started
+	// By ID, the first two go X then W and the next two W then X.
+	queued := []event.Event{ev("t", "a", "X"), ev("t", "z", "W"), ev("t", "b", "W"), ev("t", "y", "X"), ev("t", "old", ""), ev("t", "new", "")}
+	for i, e := range queued {
+		send(e)
+		for inbox.Waiting(p) < i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release["blk-a"])
+	close(release["blk-b"])
+	for range len(queued) + 2 {
+		a := <-answers
+		want := inbox.OutcomeProcessed
+		if a.id == "old" {
+			want = inbox.OutcomeDuplicate
+		}
+		if a.err != nil || a.res.Outcome != want || a.res.Attempts != 1 {
+			t.Errorf("%s: %+v %v, want %v at the first attempt", a.id, a.res, a.err, want)
+		}
+	}
+	if n := abandoned.Load(); n != 0 || committed.Load() == 0 {
+		t.Errorf("%d batches abandoned, %d committed; want none abandoned", n, committed.Load())
+	}
+	var x, w int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT n FROM proj WHERE subject = 'X'), (SELECT n FROM proj WHERE subject = 'W')`).Scan(&x, &w); err != nil || x != 2 || w != 2 {
+		t.Errorf("X %d, W %d (%v), want 2 each", x, w, err)
+	}
+}
+
+// TestBatchAttemptsAsAlone: an event whose attempt fails in a batch, a lone
+// one or among others, goes on from that attempt as it would alone: the
+// same attempts counted, the same retries reported, the same dead letter.
+func TestBatchAttemptsAsAlone(t *testing.T) {
+	ctx := context.Background()
+	for _, batch := range []int{0, 8} {
+		var (
+			mu      sync.Mutex
+			calls   = map[string]int{}
+			retries atomic.Int64
+		)
+		p, err := inbox.New(memstore.NewInbox(), func(_ context.Context, _ *memstore.Tx, ev event.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[ev.ID]++
+			switch {
+			case ev.Type == "flaky" && calls[ev.ID] == 1:
+				return errors.New("busy")
+			case ev.Type == "bad":
+				return inbox.Invalid(errors.New("bad"))
+			}
+			return nil
+		}, &inbox.Config{Mode: order.ModeDelta, Batch: batch, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+			Hooks: inbox.Hooks{OnRetry: func() { retries.Add(1) }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			typ      string
+			outcome  inbox.Outcome
+			attempts int
+		}{{"flaky", inbox.OutcomeProcessed, 2}, {"bad", inbox.OutcomeDeadLettered, 1}} {
+			before := retries.Load()
+			res, err := p.Process(ctx, event.Event{Source: "https://shop.example/orders", ID: c.typ, Type: c.typ, Subject: c.typ,
+				Sequence: 1, Data: []byte(`{}`), DataContentType: "application/json"})
+			if err != nil || res.Outcome != c.outcome || res.Attempts != c.attempts {
+				t.Errorf("batch %d, %s: %+v %v, want %v after %d attempts", batch, c.typ, res, err, c.outcome, c.attempts)
+			}
+			if n := retries.Load() - before; n != int64(c.attempts-1) {
+				t.Errorf("batch %d, %s: %d retries reported, want %d", batch, c.typ, n, c.attempts-1)
+			}
+			if n := calls[c.typ]; n != c.attempts && !(c.typ == "bad" && n == 1) {
+				t.Errorf("batch %d, %s: applied %d times, want %d", batch, c.typ, n, c.attempts)
+			}
 		}
 	}
 }

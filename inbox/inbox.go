@@ -190,34 +190,36 @@ type Config struct {
 	// transaction: group commit for the inbox. Events that arrive while
 	// others are being processed wait for the next batch (at most two run
 	// at once); one that arrives with a leader free is taken at once. A
-	// batch holds at most one event per ordered stream (the next of a
-	// stream waits for a later batch, in the order they came), and runs
-	// each event's first attempt in the shared transaction, one after
-	// another in the order of their streams, exactly as that event would
-	// run alone; it commits only when every one of them succeeded: one
-	// commit, and one sync, for all of them, each with the result it would
-	// have had in a transaction of its own. When one of them fails (its
-	// apply, a remembered stream state that no longer holds, a duplicate
-	// recorded meanwhile, a panic of a callback) or the commit does,
-	// nothing of the batch commits and each event is processed again
-	// alone, with its usual retries: a failed batch costs its events one
-	// attempt more (their apply functions may run once more than
-	// MaxAttempts), and its failure is reported to Hooks.OnBatch.
+	// batch holds at most one event per subject (an ordered event's
+	// stream; an event without a subject counts as its own), the next
+	// waiting for a later batch in the order they came, and runs each
+	// event's first attempt in the shared transaction, one after another in
+	// the order of their subjects, as that event would run alone (an event
+	// of no order recorded before it is applied, as with RecordFirst); it
+	// commits only when every one of them succeeded: one commit, and one
+	// sync, for all of them, each with the result it would have had in a
+	// transaction of its own. When one of them fails (its apply, a
+	// remembered stream state that no longer holds, a panic of a
+	// callback) or the commit does, nothing of the batch commits and each
+	// event is processed again alone: the one whose attempt failed goes on
+	// from that attempt with its usual retries, and the others start again
+	// (their apply functions may thus run once more than MaxAttempts). A
+	// batch of several events is reported to Hooks.OnBatch.
 	//
 	// Turn it on when events arrive concurrently and each apply's
 	// transaction is short: with 16 events in flight through the webhook
-	// endpoint, an ordered event took about a third less time on
-	// PostgreSQL and under half on SQLite (docs/performance.md). idem's own
-	// rows are taken in one order in every transaction, so they never
-	// deadlock. Leave it off when an apply locks rows that the applies of
-	// other streams' events lock too (a shared counter, a parent row): two
-	// batches, or a batch and an event processed alone, may then lock them
-	// in opposite orders, and the database breaks the deadlock only after
-	// its timeout (PostgreSQL's deadlock_timeout, 1 s by default) by
-	// failing one side: a batch then runs its events alone, an event
-	// processed alone is answered ErrUnavailable (not acknowledged, so it
-	// is redelivered). 0 or 1 (the default) processes each event in a
-	// transaction of its own.
+	// endpoint, an ordered event took about a quarter less time on
+	// PostgreSQL and a third of the time on SQLite (docs/performance.md).
+	// Every transaction takes idem's own rows, and the rows an apply locks
+	// for its event's subject only, subject by subject in one order, so
+	// these never deadlock. Leave it off when an apply locks rows shared
+	// across subjects (a counter, a parent row): two batches, or a batch
+	// and an event processed alone, may then lock them in opposite orders,
+	// and the database breaks the deadlock only after its timeout
+	// (PostgreSQL's deadlock_timeout, 1 s by default) by failing one side:
+	// a batch then runs its events alone, an event processed alone is
+	// answered ErrUnavailable (not acknowledged, so it is redelivered). 0
+	// or 1 (the default) processes each event in a transaction of its own.
 	Batch int
 	// MaxAttempts is how many times a transient apply failure is tried in
 	// one Process call before the event is dead-lettered. Defaults to 3.
@@ -456,7 +458,21 @@ func (e errRecordFirst) Error() string { return e.err.Error() }
 func (e errRecordFirst) Unwrap() error { return e.err }
 
 func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64) (Result, error) {
-	return p.retry(ctx, ev, func(ctx context.Context, tx TX, t *try) (Result, error) {
+	return p.runAfter(ctx, ev, requeue, nil)
+}
+
+// firstTry is an event's first attempt, run in a batch that did not
+// commit because of it: its try and its error (batch.go).
+type firstTry struct {
+	t   *try
+	err error
+}
+
+// runAfter is run, whose first attempt, when first is set, already ran
+// (in a batch) and failed with first.err: retry goes on from it as from
+// an attempt of its own.
+func (p *Processor[TX]) runAfter(ctx context.Context, ev event.Event, requeue *int64, first *firstTry) (Result, error) {
+	return p.retry(ctx, ev, first, func(ctx context.Context, tx TX, t *try) (Result, error) {
 		e := ev
 		var prior *store.DeadLetter
 		if requeue != nil {
@@ -478,17 +494,29 @@ func (p *Processor[TX]) run(ctx context.Context, ev event.Event, requeue *int64)
 
 // retry runs attempt in a transaction, again (after a backoff) while it
 // fails with a transient apply error and attempts remain.
-func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, attempt func(ctx context.Context, tx TX, t *try) (Result, error)) (Result, error) {
+// When first is set, its attempt ran already and failed: its error is the
+// first attempt's outcome.
+func (p *Processor[TX]) retry(ctx context.Context, ev event.Event, first *firstTry, attempt func(ctx context.Context, tx TX, t *try) (Result, error)) (Result, error) {
 	t := &try{doomed: map[store.EventKey]doom{}}
+	if first != nil {
+		t = first.t
+	}
 	for n := 1; ; n++ {
 		t.n, t.last = n, n >= p.cfg.MaxAttempts
-		t.known, t.prev, t.failed = nil, nil, nil
-		var res Result
-		err := p.s.InTx(ctx, func(ctx context.Context, tx TX) error {
-			var err error
-			res, err = attempt(ctx, tx, t)
-			return err
-		})
+		var (
+			res Result
+			err error
+		)
+		if first != nil {
+			err, first = first.err, nil
+		} else {
+			t.known, t.prev, t.failed = nil, nil, nil
+			err = p.s.InTx(ctx, func(ctx context.Context, tx TX) error {
+				var err error
+				res, err = attempt(ctx, tx, t)
+				return err
+			})
+		}
 		if err == nil {
 			res.Attempts = n
 			if t.known != nil {

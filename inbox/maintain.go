@@ -34,7 +34,7 @@ func (p *Processor[TX]) Compensate(ctx context.Context, fn CompensateFunc[TX]) (
 	n := 0
 	var errs []error
 	for _, sk := range keys {
-		res, err := p.retry(ctx, event.Event{Source: sk.Source, ID: "compensate:" + sk.Subject}, func(ctx context.Context, tx TX, t *try) (Result, error) {
+		res, err := p.retry(ctx, event.Event{Source: sk.Source, ID: "compensate:" + sk.Subject}, nil, func(ctx context.Context, tx TX, t *try) (Result, error) {
 			return p.compensateTx(ctx, tx, sk, fn, t)
 		})
 		if err != nil {
