@@ -3,6 +3,7 @@ package inbox
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -34,22 +35,37 @@ import (
 //     event's subject only.
 //   - The batch commits only when every one of its events succeeded; the
 //     results are given only after the commit.
-//   - An event of no order is recorded before it is applied in a batch
-//     (as Config.RecordFirst does), so that a redelivery is answered as a
-//     duplicate without failing its batch.
+//   - An event of no order is recorded before it is applied (a batching
+//     processor sets Config.RecordFirst), so that a redelivery is
+//     answered as a duplicate without failing its batch, and two
+//     deliveries of one event, batched and alone, take its rows in one
+//     order.
 //   - When any of its events fails (an apply's error, a guessed stream
 //     state that no longer holds, a panic of a callback), or the commit
 //     fails, nothing of the batch committed, and every one of its events
 //     runs again alone, in its caller's goroutine, with its retries,
 //     backoff and dead letters as without batching. The event whose
-//     attempt failed goes on from that attempt, as if it had run alone
+//     apply failed goes on from that attempt, as if it had run alone
 //     (counted, backed off, reported to OnRetry); the others start again,
 //     their attempt in the batch not counted (a callback that panics
-//     panics again in its own caller).
+//     panics again in its own caller). A failure of idem's own statements
+//     is no event's: it may be a write another event queued.
 //
 // A batch committed is its events' transactions committed one after the
 // other in that order: the same statements, in one transaction. Since no
 // two of them share a stream, each has the result it would have had alone.
+
+// own reports whether err, met by an event's attempt in a batch, is that
+// event's own doing: its apply's failure or its caller's context. Any
+// other error may come from a write another event of the batch queued
+// (it goes out with the next statement), and is no event's own.
+func own(ctx context.Context, err error) bool {
+	var (
+		te errTransient
+		ed errDoomed
+	)
+	return errors.As(err, &te) || errors.As(err, &ed) || ctx.Err() != nil
+}
 
 // batchKey is what no two events of a batch share, and orders them: the
 // event's subject, or for an event without one, the event itself.
@@ -261,16 +277,16 @@ func (p *Processor[TX]) runBatch(items []*batchItem) (committed bool) {
 	}
 	err := p.s.InTx(ctx, func(_ context.Context, tx TX) error {
 		for i, it := range items {
-			// Recorded first, so that a redelivery of an event of no
-			// order is a duplicate here rather than a failed commit.
-			t := &try{n: 1, last: p.cfg.MaxAttempts <= 1, doomed: map[store.EventKey]doom{}, recordFirst: true}
+			t := &try{n: 1, last: p.cfg.MaxAttempts <= 1, doomed: map[store.EventKey]doom{}}
 			tries[i] = t
 			res, err := p.processTx(it.ctx, tx, it.ev, t, nil)
 			if err == nil {
 				err = it.ctx.Err()
 			}
 			if err != nil {
-				failed, failedErr = i, err
+				if own(it.ctx, err) {
+					failed, failedErr = i, err
+				}
 				return err
 			}
 			res.Attempts = 1

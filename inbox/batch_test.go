@@ -16,6 +16,7 @@ import (
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/order"
+	"github.com/idemhq/idem/store"
 	"github.com/idemhq/idem/store/memstore"
 )
 
@@ -488,6 +489,74 @@ func TestBatchAttemptsAsAlone(t *testing.T) {
 			}
 			if n := calls[c.typ]; n != c.attempts && !(c.typ == "bad" && n == 1) {
 				t.Errorf("batch %d, %s: applied %d times, want %d", batch, c.typ, n, c.attempts)
+			}
+		}
+	}
+}
+
+// TestBatchQueuedWriteBlamesNoOne: J's apply ends with a write that the
+// store queues (a request key's completion whose claim is gone), which
+// goes out with the next event's first statement and fails it there. The
+// batch fails; I, whose statement met the failure, is not blamed for it:
+// run alone, it is processed at its first attempt, and J gets its own
+// failure, as alone.
+func TestBatchQueuedWriteBlamesNoOne(t *testing.T) {
+	ctx := context.Background()
+	_, s := ledgerStore(t)
+	release := map[string]chan struct{}{"blk-a": make(chan struct{}), "blk-b": make(chan struct{})}
+	started := make(chan struct{}, 2)
+	p, err := inbox.New(s, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		switch ev.Type {
+		case "block":
+			started <- struct{}{}
+			<-release[ev.Subject]
+		case "j":
+			return s.CompleteTx(ctx, tx, store.CompleteParams{Fence: store.Fence{Key: "gone", Epoch: 1, Owner: "me"}, Response: []byte("x"), Retention: time.Hour})
+		}
+		return nil
+	}, &inbox.Config{Batch: 4, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Config().RecordFirst {
+		t.Errorf("a batching processor does not record first")
+	}
+	ev := func(typ, id, subject string) event.Event {
+		return event.Event{Source: "https://shop.example/orders", ID: id, Type: typ, Subject: subject, Data: []byte(`{}`), DataContentType: "application/json"}
+	}
+	type answer struct {
+		id  string
+		res inbox.Result
+		err error
+	}
+	answers := make(chan answer, 4)
+	send := func(e event.Event) {
+		go func() {
+			res, err := p.Process(ctx, e)
+			answers <- answer{e.ID, res, err}
+		}()
+	}
+	send(ev("block", "blk-a", "blk-a"))
+	<-started
+	send(ev("block", "blk-b", "blk-b"))
+	<-started
+	send(ev("j", "J", "a")) // subject a: runs before I in the batch
+	send(ev("i", "I", "b"))
+	for inbox.Waiting(p) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	close(release["blk-a"])
+	close(release["blk-b"])
+	for range 4 {
+		a := <-answers
+		switch a.id {
+		case "J":
+			if !errors.Is(a.err, inbox.ErrUnavailable) {
+				t.Errorf("J: %+v %v, want its completion's failure (unavailable), as alone", a.res, a.err)
+			}
+		default:
+			if a.err != nil || a.res.Outcome != inbox.OutcomeProcessed || a.res.Attempts != 1 {
+				t.Errorf("%s: %+v %v, want processed at the first attempt", a.id, a.res, a.err)
 			}
 		}
 	}

@@ -160,7 +160,7 @@ type Config struct {
 	// answered unavailable and redelivered). Ordered events are recorded
 	// first, except the next event in order on a stream the processor
 	// remembers (StreamCache), whose record goes out with the apply's
-	// first statement. Defaults to false.
+	// first statement. Defaults to false, and to true when Batch is on.
 	RecordFirst bool
 	// MaxParked bounds the parked sequences per delta stream (see
 	// order.Config). Defaults to order.DefaultMaxParked (1024).
@@ -194,8 +194,7 @@ type Config struct {
 	// stream; an event without a subject counts as its own), the next
 	// waiting for a later batch in the order they came, and runs each
 	// event's first attempt in the shared transaction, one after another in
-	// the order of their subjects, as that event would run alone (an event
-	// of no order recorded before it is applied, as with RecordFirst); it
+	// the order of their subjects, as that event would run alone; it
 	// commits only when every one of them succeeded: one commit, and one
 	// sync, for all of them, each with the result it would have had in a
 	// transaction of its own. When one of them fails (its apply, a
@@ -204,7 +203,12 @@ type Config struct {
 	// event is processed again alone: the one whose attempt failed goes on
 	// from that attempt with its usual retries, and the others start again
 	// (their apply functions may thus run once more than MaxAttempts). A
-	// batch of several events is reported to Hooks.OnBatch.
+	// batch of several events is reported to Hooks.OnBatch. A batching
+	// processor records an event of no order before it applies it, in a
+	// batch or alone (RecordFirst is set), so that a redelivery is
+	// answered as a duplicate without failing its batch; turning Batch on
+	// or off during a rollout is then a change of RecordFirst, with its
+	// caveat.
 	//
 	// Turn it on when events arrive concurrently and each apply's
 	// transaction is short: with 16 events in flight through the webhook
@@ -216,10 +220,11 @@ type Config struct {
 	// across subjects (a counter, a parent row): two batches, or a batch
 	// and an event processed alone, may then lock them in opposite orders,
 	// and the database breaks the deadlock only after its timeout
-	// (PostgreSQL's deadlock_timeout, 1 s by default) by failing one side:
-	// a batch then runs its events alone, an event processed alone is
-	// answered ErrUnavailable (not acknowledged, so it is redelivered). 0
-	// or 1 (the default) processes each event in a transaction of its own.
+	// (PostgreSQL's deadlock_timeout, 1 s by default) by failing one
+	// side's statement: a transient failure of the event whose apply met
+	// it (retried after a backoff), as without batching, the rest of its
+	// batch running again alone. 0 or 1 (the default) processes each
+	// event in a transaction of its own.
 	Batch int
 	// MaxAttempts is how many times a transient apply failure is tried in
 	// one Process call before the event is dead-lettered. Defaults to 3.
@@ -324,6 +329,13 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.MaxAttempts == 0 {
 		out.MaxAttempts = DefaultMaxAttempts
+	}
+	if out.Batch > 1 {
+		// A batch records first (a redelivery must not fail it), and so
+		// does every run alone of a batching processor, so that two
+		// deliveries of one event never take its inbox row and its
+		// business rows in opposite orders.
+		out.RecordFirst = true
 	}
 	if out.StreamCache == 0 {
 		out.StreamCache = DefaultStreamCache
