@@ -88,18 +88,7 @@ func TestBatch(t *testing.T) {
 				return event.Event{Source: "https://shop.example/orders", ID: fmt.Sprintf("%s-%d", subject, seq), Type: typ,
 					Subject: subject, Sequence: seq, Data: []byte(`{}`), DataContentType: "application/json"}
 			}
-			type answer struct {
-				ev  event.Event
-				res inbox.Result
-				err error
-			}
-			answers := make(chan answer, 32)
-			send := func(e event.Event) {
-				go func() {
-					res, err := p.Process(ctx, e)
-					answers <- answer{e, res, err}
-				}()
-			}
+			send, answers := sender(ctx, p)
 			if c.special == "again" {
 				// Stream x remembered at 1: its sequence 2 takes the
 				// path that records the event with a plain insert.
@@ -401,18 +390,7 @@ func TestBatchSubjectsInOneOrder(t *testing.T) {
 	if res, err := p.Process(ctx, ev("t", "old", "")); err != nil || res.Outcome != inbox.OutcomeProcessed {
 		t.Fatalf("old: %+v %v", res, err)
 	}
-	type answer struct {
-		id  string
-		res inbox.Result
-		err error
-	}
-	answers := make(chan answer, 8)
-	send := func(e event.Event) {
-		go func() {
-			res, err := p.Process(ctx, e)
-			answers <- answer{e.ID, res, err}
-		}()
-	}
+	send, answers := sender(ctx, p)
 	send(ev("block", "blk-a", "blk-a"))
 	<-started
 	send(ev("block", "blk-b", "blk-b"))
@@ -430,11 +408,11 @@ func TestBatchSubjectsInOneOrder(t *testing.T) {
 	for range len(queued) + 2 {
 		a := <-answers
 		want := inbox.OutcomeProcessed
-		if a.id == "old" {
+		if a.ev.ID == "old" {
 			want = inbox.OutcomeDuplicate
 		}
 		if a.err != nil || a.res.Outcome != want || a.res.Attempts != 1 {
-			t.Errorf("%s: %+v %v, want %v at the first attempt", a.id, a.res, a.err, want)
+			t.Errorf("%s: %+v %v, want %v at the first attempt", a.ev.ID, a.res, a.err, want)
 		}
 	}
 	if n := abandoned.Load(); n != 0 || committed.Load() == 0 {
@@ -524,18 +502,7 @@ func TestBatchQueuedWriteBlamesNoOne(t *testing.T) {
 	ev := func(typ, id, subject string) event.Event {
 		return event.Event{Source: "https://shop.example/orders", ID: id, Type: typ, Subject: subject, Data: []byte(`{}`), DataContentType: "application/json"}
 	}
-	type answer struct {
-		id  string
-		res inbox.Result
-		err error
-	}
-	answers := make(chan answer, 4)
-	send := func(e event.Event) {
-		go func() {
-			res, err := p.Process(ctx, e)
-			answers <- answer{e.ID, res, err}
-		}()
-	}
+	send, answers := sender(ctx, p)
 	send(ev("block", "blk-a", "blk-a"))
 	<-started
 	send(ev("block", "blk-b", "blk-b"))
@@ -549,15 +516,34 @@ func TestBatchQueuedWriteBlamesNoOne(t *testing.T) {
 	close(release["blk-b"])
 	for range 4 {
 		a := <-answers
-		switch a.id {
+		switch a.ev.ID {
 		case "J":
 			if !errors.Is(a.err, inbox.ErrUnavailable) {
 				t.Errorf("J: %+v %v, want its completion's failure (unavailable), as alone", a.res, a.err)
 			}
 		default:
 			if a.err != nil || a.res.Outcome != inbox.OutcomeProcessed || a.res.Attempts != 1 {
-				t.Errorf("%s: %+v %v, want processed at the first attempt", a.id, a.res, a.err)
+				t.Errorf("%s: %+v %v, want processed at the first attempt", a.ev.ID, a.res, a.err)
 			}
 		}
 	}
+}
+
+// answer is what Process returned for ev.
+type answer struct {
+	ev  event.Event
+	res inbox.Result
+	err error
+}
+
+// sender returns send, which processes an event with p in a goroutine of
+// its own, and the channel its answers arrive on.
+func sender[TX any](ctx context.Context, p *inbox.Processor[TX]) (send func(event.Event), answers chan answer) {
+	answers = make(chan answer, 32)
+	return func(e event.Event) {
+		go func() {
+			res, err := p.Process(ctx, e)
+			answers <- answer{e, res, err}
+		}()
+	}, answers
 }
