@@ -179,6 +179,7 @@ func benchPair[TX any](b *testing.B, open func(*testing.B) store.InboxStore[TX],
 	b.Run("idem-batched", func(b *testing.B) { runIdem(b, order.ModeDelta, 16) })
 	// Dedup only: the inbox row and the business write.
 	b.Run("idem-dedup", func(b *testing.B) { runIdem(b, 0, 0) })
+	b.Run("idem-dedup-batched", func(b *testing.B) { runIdem(b, 0, 16) })
 	serveWrite := func(b *testing.B, inTx func(ctx context.Context, fn func(ctx context.Context, tx TX) error) error) {
 		serveBench(b, baseline(func(ctx context.Context, obj string, add int) error {
 			return inTx(ctx, func(ctx context.Context, tx TX) error { return write(ctx, tx, obj, add) })
