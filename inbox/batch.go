@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/idemhq/idem/event"
 	"github.com/idemhq/idem/store"
@@ -108,10 +107,6 @@ type batcher struct {
 
 	mu    sync.Mutex
 	queue []*batchItem
-
-	// batches counts the batches of more than one event committed (for
-	// tests and the benchmarks).
-	batches atomic.Int64
 }
 
 func newBatcher(max int) *batcher {
@@ -227,9 +222,6 @@ func (p *Processor[TX]) leadBatch() {
 	}()
 	committed = len(live) > 0 && p.runBatch(live)
 	if len(live) > 1 {
-		if committed {
-			p.batch.batches.Add(1)
-		}
 		p.hooks.OnBatch(len(live), committed)
 	}
 }
@@ -251,17 +243,14 @@ func (p *Processor[TX]) runBatch(items []*batchItem) (committed bool) {
 		if committed {
 			return
 		}
-		for i, t := range tries {
+		for _, t := range tries {
 			if t != nil && t.guessFailed() {
 				// As retry does: the stream's next events are decided
-				// under its lock, its alone run's among them. Another
-				// event's statement may have met the failure: it is no
-				// event's own.
+				// under its lock, its alone run's among them. The failure
+				// may have met another event's statement: it is no event's
+				// own.
 				p.streams.missed(t.prev)
-				t.noGuess = true
-				if i <= failed {
-					failed = -1
-				}
+				failed = -1
 			}
 		}
 		if failed >= 0 {

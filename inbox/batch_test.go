@@ -52,17 +52,14 @@ func TestBatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			var (
-				// release lets a blocked event go on, by stream.
-				release = map[string]chan struct{}{"blk-a": make(chan struct{}), "blk-b": make(chan struct{})}
-				started = make(chan struct{}, 2)
-				mu      sync.Mutex
-				flaked  bool
+				g         = newGates()
+				mu        sync.Mutex
+				flaked    bool
+				committed atomic.Int64
 			)
 			p, err := inbox.New(s, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+				g.wait(ev)
 				switch ev.Type {
-				case "block":
-					started <- struct{}{}
-					<-release[ev.Subject]
 				case "invalid":
 					return inbox.Invalid(errors.New("not an order"))
 				case "flaky":
@@ -80,7 +77,8 @@ func TestBatch(t *testing.T) {
 				}
 				_, err := tx.Exec(ctx, `INSERT INTO ledger (subject, seq) VALUES ($1, $2)`, ev.Subject, ev.Sequence)
 				return err
-			}, &inbox.Config{Mode: order.ModeDelta, Batch: 16, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+			}, &inbox.Config{Mode: order.ModeDelta, Batch: 16, Backoff: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+				Hooks: inbox.Hooks{OnBatch: countCommitted(&committed, nil)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,10 +94,7 @@ func TestBatch(t *testing.T) {
 					t.Fatalf("x-1: %+v %v", res, err)
 				}
 			}
-			send(ev("block", "blk-a", 1))
-			<-started
-			send(ev("block", "blk-b", 1)) // the second leader's
-			<-started
+			g.holdLeaders(send)
 			// Both leaders are busy: these queue. Stream "a" gets its
 			// sequences 1 to 3, of which a batch takes one (the first
 			// queued), "b" and "c" one each.
@@ -114,25 +109,20 @@ func TestBatch(t *testing.T) {
 			for _, e := range batch {
 				send(e)
 			}
-			for deadline := time.Now().Add(10 * time.Second); inbox.Waiting(p) < len(batch); time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d events waiting, want %d", inbox.Waiting(p), len(batch))
-				}
-			}
-			before := inbox.BatchesCommitted(p)
+			waitQueued(t, p, len(batch))
 			// One leader's turn is given back: the case's events go as one
 			// batch, while the other leader's stays taken, so that what is
 			// left (a copy) waits for that batch's end.
-			close(release["blk-a"])
+			g.open("blk-a")
 			got := map[string][]answer{}
 			for range len(batch) + 1 {
 				a := <-answers
 				got[a.ev.Subject] = append(got[a.ev.Subject], a)
 			}
-			close(release["blk-b"])
+			g.open("blk-b")
 			a := <-answers
 			got[a.ev.Subject] = append(got[a.ev.Subject], a)
-			if n := inbox.BatchesCommitted(p) - before; (n > 0) != c.batched {
+			if n := committed.Load(); (n > 0) != c.batched {
 				t.Errorf("%d batches committed, want batched %v", n, c.batched)
 			}
 			// Every ordinary event: processed (or parked until its
@@ -214,23 +204,15 @@ func TestBatch(t *testing.T) {
 func TestBatchRedeliveryElsewhere(t *testing.T) {
 	ctx := context.Background()
 	pool, s := ledgerStore(t)
-	release := map[string]chan struct{}{"blk-a": make(chan struct{}), "blk-b": make(chan struct{}), "s": make(chan struct{})}
-	started := make(chan string, 4)
+	g := newGates()
 	apply := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		if ev.Type == "block" {
-			started <- ev.Subject
-			<-release[ev.Subject]
-		}
+		g.wait(ev)
 		_, err := tx.Exec(ctx, `INSERT INTO ledger (subject, seq) VALUES ($1, $2)`, ev.Subject, ev.Sequence)
 		return err
 	}
 	var abandoned atomic.Int64
 	cfg := &inbox.Config{Mode: order.ModeDelta, Batch: 16, Logger: slog.New(slog.DiscardHandler),
-		Hooks: inbox.Hooks{OnBatch: func(_ int, committed bool) {
-			if !committed {
-				abandoned.Add(1)
-			}
-		}}}
+		Hooks: inbox.Hooks{OnBatch: countCommitted(nil, &abandoned)}}
 	p, err := inbox.New(s, apply, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -253,26 +235,18 @@ func TestBatchRedeliveryElsewhere(t *testing.T) {
 			errs <- err
 		}()
 	}
-	send(p, ev("block", "blk-a", 1))
-	<-started
-	send(p, ev("block", "blk-b", 1))
-	<-started
-	for i, e := range []event.Event{ev("block", "s", 1), ev("order.paid", "s", 2)} { // queued in this order
-		send(p, e)
-		for inbox.Waiting(p) < i+1 {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	close(release["blk-a"]) // a leader takes the waiting events: s-1 only
-	if w := <-started; w != "s" {
+	g.holdLeaders(func(e event.Event) { send(p, e) })
+	queueInOrder(t, p, func(e event.Event) { send(p, e) }, ev("block", "s", 1), ev("order.paid", "s", 2))
+	g.open("blk-a") // a leader takes the waiting events: s-1 only
+	if w := <-g.started; w != "s" {
 		t.Fatalf("%s started, want s", w)
 	}
 	// The redelivery of s-2 elsewhere records it and waits for s's lock
 	// (there is no other signal that it waits).
 	send(other, ev("order.paid", "s", 2))
 	time.Sleep(100 * time.Millisecond)
-	close(release["s"])
-	close(release["blk-b"])
+	g.open("s")
+	g.open("blk-b")
 	for range 5 {
 		if err := <-errs; err != nil {
 			t.Error(err)
@@ -360,13 +334,10 @@ func TestBatchSubjectsInOneOrder(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE proj (subject text PRIMARY KEY, n int NOT NULL); INSERT INTO proj VALUES ('X', 0), ('W', 0)`); err != nil {
 		t.Fatal(err)
 	}
-	release := map[string]chan struct{}{"blk-a": make(chan struct{}), "blk-b": make(chan struct{})}
-	started := make(chan struct{}, 2)
+	g := newGates()
 	var abandoned, committed atomic.Int64
 	p, err := inbox.New(s, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		if ev.Type == "block" {
-			started <- struct{}{}
-			<-release[ev.Subject]
+		if g.wait(ev) {
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `UPDATE proj SET n = n + 1 WHERE subject = $1`, ev.Subject); err != nil {
@@ -374,13 +345,7 @@ func TestBatchSubjectsInOneOrder(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the other batch meanwhile locks its first row
 		return nil
-	}, &inbox.Config{Batch: 2, Logger: slog.New(slog.DiscardHandler), Hooks: inbox.Hooks{OnBatch: func(_ int, c bool) {
-		if c {
-			committed.Add(1)
-		} else {
-			abandoned.Add(1)
-		}
-	}}})
+	}, &inbox.Config{Batch: 2, Logger: slog.New(slog.DiscardHandler), Hooks: inbox.Hooks{OnBatch: countCommitted(&committed, &abandoned)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,20 +356,12 @@ func TestBatchSubjectsInOneOrder(t *testing.T) {
 		t.Fatalf("old: %+v %v", res, err)
 	}
 	send, answers := sender(ctx, p)
-	send(ev("block", "blk-a", "blk-a"))
-	<-started
-	send(ev("block", "blk-b", "blk-b"))
-	<-started
+	g.holdLeaders(send)
 	// By ID, the first two go X then W and the next two W then X.
 	queued := []event.Event{ev("t", "a", "X"), ev("t", "z", "W"), ev("t", "b", "W"), ev("t", "y", "X"), ev("t", "old", ""), ev("t", "new", "")}
-	for i, e := range queued {
-		send(e)
-		for inbox.Waiting(p) < i+1 {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	close(release["blk-a"])
-	close(release["blk-b"])
+	queueInOrder(t, p, send, queued...)
+	g.open("blk-a")
+	g.open("blk-b")
 	for range len(queued) + 2 {
 		a := <-answers
 		want := inbox.OutcomeProcessed
@@ -481,14 +438,10 @@ func TestBatchAttemptsAsAlone(t *testing.T) {
 func TestBatchQueuedWriteBlamesNoOne(t *testing.T) {
 	ctx := context.Background()
 	_, s := ledgerStore(t)
-	release := map[string]chan struct{}{"blk-a": make(chan struct{}), "blk-b": make(chan struct{})}
-	started := make(chan struct{}, 2)
+	g := newGates()
 	p, err := inbox.New(s, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		switch ev.Type {
-		case "block":
-			started <- struct{}{}
-			<-release[ev.Subject]
-		case "j":
+		g.wait(ev)
+		if ev.Type == "j" {
 			return s.CompleteTx(ctx, tx, store.CompleteParams{Fence: store.Fence{Key: "gone", Epoch: 1, Owner: "me"}, Response: []byte("x"), Retention: time.Hour})
 		}
 		return nil
@@ -503,17 +456,12 @@ func TestBatchQueuedWriteBlamesNoOne(t *testing.T) {
 		return event.Event{Source: "https://shop.example/orders", ID: id, Type: typ, Subject: subject, Data: []byte(`{}`), DataContentType: "application/json"}
 	}
 	send, answers := sender(ctx, p)
-	send(ev("block", "blk-a", "blk-a"))
-	<-started
-	send(ev("block", "blk-b", "blk-b"))
-	<-started
+	g.holdLeaders(send)
 	send(ev("j", "J", "a")) // subject a: runs before I in the batch
 	send(ev("i", "I", "b"))
-	for inbox.Waiting(p) < 2 {
-		time.Sleep(time.Millisecond)
-	}
-	close(release["blk-a"])
-	close(release["blk-b"])
+	waitQueued(t, p, 2)
+	g.open("blk-a")
+	g.open("blk-b")
 	for range 4 {
 		a := <-answers
 		switch a.ev.ID {
@@ -546,4 +494,84 @@ func sender[TX any](ctx context.Context, p *inbox.Processor[TX]) (send func(even
 			answers <- answer{e, res, err}
 		}()
 	}, answers
+}
+
+// gates hold "block" events in their apply function until their subject's
+// gate opens: with two of them a batching processor's two leaders are
+// busy, and the events sent meanwhile queue for one batch.
+type gates struct {
+	mu   sync.Mutex
+	gate map[string]chan struct{}
+	// started receives the subject of each block event that waits.
+	started chan string
+}
+
+func newGates() *gates {
+	return &gates{gate: map[string]chan struct{}{}, started: make(chan string, 8)}
+}
+
+func (g *gates) of(subject string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate[subject] == nil {
+		g.gate[subject] = make(chan struct{})
+	}
+	return g.gate[subject]
+}
+
+// wait, called by an apply function, holds ev until its subject's gate
+// opens when it is a block event, and reports whether it was.
+func (g *gates) wait(ev event.Event) bool {
+	if ev.Type != "block" {
+		return false
+	}
+	g.started <- ev.Subject
+	<-g.of(ev.Subject)
+	return true
+}
+
+func (g *gates) open(subject string) { close(g.of(subject)) }
+
+// holdLeaders sends block events for subjects blk-a and blk-b, the second
+// once the first waits (so that each has a leader of its own), and returns
+// once both wait.
+func (g *gates) holdLeaders(send func(event.Event)) {
+	for _, subject := range []string{"blk-a", "blk-b"} {
+		send(event.Event{Source: "https://shop.example/orders", ID: "block-" + subject, Type: "block", Subject: subject,
+			Sequence: 1, Data: []byte(`{}`), DataContentType: "application/json"})
+		<-g.started
+	}
+}
+
+// waitQueued waits until n events wait for a batch in p.
+func waitQueued[TX any](t *testing.T, p *inbox.Processor[TX], n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); inbox.Waiting(p) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events waiting, want %d", inbox.Waiting(p), n)
+		}
+	}
+}
+
+// queueInOrder sends events, each once the one before waits in p's queue.
+func queueInOrder[TX any](t *testing.T, p *inbox.Processor[TX], send func(event.Event), events ...event.Event) {
+	t.Helper()
+	n := inbox.Waiting(p)
+	for i, e := range events {
+		send(e)
+		waitQueued(t, p, n+i+1)
+	}
+}
+
+// countCommitted returns an OnBatch hook that counts the batches that
+// committed and those abandoned (either counter may be nil).
+func countCommitted(committed, abandoned *atomic.Int64) func(int, bool) {
+	return func(_ int, ok bool) {
+		switch {
+		case ok && committed != nil:
+			committed.Add(1)
+		case !ok && abandoned != nil:
+			abandoned.Add(1)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,10 +41,11 @@ func TestStreamCacheTwoProcessors(t *testing.T) {
 func testTwoProcessors(t *testing.T, batch int) {
 	ctx := context.Background()
 	pool, s := ledgerStore(t)
+	var committed atomic.Int64 // batches of several events
 	a, b := twoProcessors(t, s, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 		_, err := tx.Exec(ctx, `INSERT INTO ledger (subject, seq) VALUES ($1, $2)`, ev.Subject, ev.Sequence)
 		return err
-	}, batch)
+	}, inbox.Config{Batch: batch, Hooks: inbox.Hooks{OnBatch: countCommitted(&committed, nil)}})
 	ev := func(subject, id string, seq int64) event.Event {
 		return event.Event{Source: "https://shop.example/orders", ID: id, Type: "order.paid", Subject: subject,
 			Sequence: seq, Data: []byte(`{}`), DataContentType: "application/json"}
@@ -115,7 +117,7 @@ func testTwoProcessors(t *testing.T, batch int) {
 			t.Fatalf("raced: effects out of order at %d: %v", i, ledger("raced"))
 		}
 	}
-	if n := inbox.BatchesCommitted(a) + inbox.BatchesCommitted(b); batch > 1 && n == 0 {
+	if n := committed.Load(); batch > 1 && n == 0 {
 		t.Errorf("no batch of more than one event committed")
 	}
 	for i := range streams {
@@ -204,7 +206,7 @@ func TestStreamCacheApplyHidesTheFailure(t *testing.T) {
 					return inbox.Invalid(errors.New(err.Error()))
 				}
 				return nil
-			}, 0)
+			}, inbox.Config{})
 			process := func(p *inbox.Processor[pgx.Tx], seq int64, want inbox.Outcome) {
 				t.Helper()
 				res, err := p.Process(ctx, event.Event{Source: "https://shop.example/orders", ID: fmt.Sprint("e", seq), Type: "order.paid",
@@ -246,13 +248,14 @@ func ledgerStore(t *testing.T) (*pgxpool.Pool, *pgstore.Store) {
 	return pool, s
 }
 
-// twoProcessors returns two delta Processors on s, as two receiver
-// processes have: each remembers the stream states it committed. batch is
-// their Config.Batch.
-func twoProcessors(t *testing.T, s *pgstore.Store, apply inbox.ApplyFunc[pgx.Tx], batch int) (a, b *inbox.Processor[pgx.Tx]) {
+// twoProcessors returns two delta Processors on s configured by cfg, as
+// two receiver processes have: each remembers the stream states it
+// committed.
+func twoProcessors(t *testing.T, s *pgstore.Store, apply inbox.ApplyFunc[pgx.Tx], cfg inbox.Config) (a, b *inbox.Processor[pgx.Tx]) {
 	t.Helper()
+	cfg.Mode, cfg.Logger = order.ModeDelta, slog.New(slog.DiscardHandler)
 	newProcessor := func() *inbox.Processor[pgx.Tx] {
-		p, err := inbox.New(s, apply, &inbox.Config{Mode: order.ModeDelta, Batch: batch, Logger: slog.New(slog.DiscardHandler)})
+		p, err := inbox.New(s, apply, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
