@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,9 @@ type outcome string
 const (
 	created   outcome = "created"   // a new task or job
 	duplicate outcome = "duplicate" // the existing one, nothing new
+	// refusedConflict is a create of a known key with another input,
+	// refused: idem serve's 422, the library's key.OutcomeConflict.
+	refusedConflict outcome = "refused (conflict)"
 )
 
 // executor creates tasks (jobs) under a key and works them in process.
@@ -55,14 +59,19 @@ type executor interface {
 type execSetup struct {
 	name string
 	idem bool
-	// duplicateOnly setups are measured in the duplicate row only.
-	duplicateOnly bool
-	open          func(ctx context.Context, e *env, worked func(k string)) (first executor, second func() (executor, error), err error)
+	// duplicateOnly setups are measured in the duplicate row only,
+	// createOnly ones in the create row only.
+	duplicateOnly, createOnly bool
+	// inProcess setups (idem as a library) have rows of their own, named
+	// with inProcessRow, beside the same peers' figures.
+	inProcess bool
+	open      func(ctx context.Context, e *env, worked func(k string)) (first executor, second func() (executor, error), err error)
 }
 
 var execSetups = []execSetup{
 	{name: "idem serve (POST /v1/tasks with Idempotency-Key) + execution.Worker (default: 16 MiB replay cache)", idem: true, open: openIdemExec(nil)},
 	{name: "idem serve, replay cache off", duplicateOnly: true, open: openIdemExec(&key.Config{ReplayCacheBytes: -1})},
+	{name: "idem as a library (key.TxGuard + execution.Engine, one transaction) + execution.Worker", idem: true, createOnly: true, inProcess: true, open: openIdemLib},
 	{name: "River (unique job by args) + River worker", open: openRiver},
 }
 
@@ -113,16 +122,7 @@ func openIdemServe(ctx context.Context, e *env, worked func(string), cfg *key.Co
 	if err := s.CreateApp(ctx, store.App{Name: "bench", TokenHashes: [][]byte{serve.HashToken(benchToken)}, Scheme: "idem", CreatedAt: time.Now()}); err != nil {
 		return nil, nil, err
 	}
-	w, err := first.srv.Engine().NewWorker(map[string]execution.Handler[pgx.Tx]{
-		"export": func(_ context.Context, job execution.Job) (execution.Result[pgx.Tx], error) {
-			var in exportArgs
-			if err := json.Unmarshal(job.Task.Input, &in); err != nil {
-				return execution.Result[pgx.Tx]{}, execution.Permanent(err)
-			}
-			worked(in.Order)
-			return execution.Result[pgx.Tx]{Output: json.RawMessage(`{"ok":true}`)}, nil
-		},
-	}, &execution.WorkerConfig{Concurrency: workers, Poll: time.Millisecond})
+	w, err := first.srv.Engine().NewWorker(map[string]execution.Handler[pgx.Tx]{"export": exportHandler(worked)}, &execution.WorkerConfig{Concurrency: workers, Poll: time.Millisecond})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -152,6 +152,8 @@ func (x *idemExec) create(ctx context.Context, k string, amount int) (outcome, e
 		return duplicate, nil
 	case rec.Code == http.StatusCreated:
 		return created, nil
+	case rec.Code == http.StatusUnprocessableEntity:
+		return refusedConflict, nil
 	default:
 		return outcome(fmt.Sprintf("refused (%d)", rec.Code)), nil
 	}
@@ -161,6 +163,109 @@ func (x *idemExec) completed(ctx context.Context) (int64, error) {
 	var n int64
 	err := x.pool.QueryRow(ctx, `SELECT count(*) FROM idem_steps WHERE status = 4`).Scan(&n)
 	return n, err
+}
+
+// idemLib is idem used as a Go library, as a service that embeds it would:
+// a transactional request key (key.TxGuard) whose operation creates the
+// task with execution.Engine in the key's transaction, so that the key's
+// stored answer, the task, its execution, its events and its step commit
+// together, as idem serve's POST /v1/tasks does, without its HTTP and its
+// application tokens.
+type idemLib struct {
+	guard *key.TxGuard[pgx.Tx]
+	en    *execution.Engine[pgx.Tx]
+	pool  *pgxpool.Pool
+}
+
+func openIdemLib(ctx context.Context, e *env, worked func(string)) (executor, func() (executor, error), error) {
+	pool, err := e.schema(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := pgstore.Migrate(ctx, pool); err != nil {
+		return nil, nil, err
+	}
+	newLib := func(pool *pgxpool.Pool) (*idemLib, error) {
+		s, err := pgstore.New(pool, nil)
+		if err != nil {
+			return nil, err
+		}
+		g, err := key.NewTx[pgx.Tx](s, nil)
+		if err != nil {
+			return nil, err
+		}
+		en, err := execution.New[pgx.Tx](s, &execution.Config{Types: map[string]execution.TypeConfig{"export": {}}})
+		if err != nil {
+			return nil, err
+		}
+		return &idemLib{guard: g, en: en, pool: pool}, nil
+	}
+	first, err := newLib(pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := first.en.NewWorker(map[string]execution.Handler[pgx.Tx]{"export": exportHandler(worked)},
+		&execution.WorkerConfig{Concurrency: workers, Poll: time.Millisecond})
+	if err != nil {
+		return nil, nil, err
+	}
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = w.Run(ctx) }()
+	e.cleanups = append(e.cleanups, func() { <-ran })
+	second := func() (executor, error) {
+		p, err := e.pool(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		return newLib(p)
+	}
+	return first, second, nil
+}
+
+func (x *idemLib) create(ctx context.Context, k string, amount int) (outcome, error) {
+	input, err := json.Marshal(exportArgs{Order: k, Amount: amount})
+	if err != nil {
+		return "", err
+	}
+	req := key.Request{Scope: key.Scope{Principal: "bench", Operation: "create export", Key: k}, Fingerprint: key.FingerprintOf(input)}
+	res, err := x.guard.DoTx(ctx, req, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		task, _, err := x.en.CreateTx(ctx, tx, "bench", execution.NewTask{Type: "export", Input: input})
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(map[string]string{"task": task.ID})
+	})
+	switch res.Outcome {
+	case key.OutcomeExecuted:
+		return created, err
+	case key.OutcomeReplayed:
+		return duplicate, err
+	case key.OutcomeConflict:
+		return refusedConflict, nil
+	case key.OutcomeInFlight:
+		return "refused (in flight)", nil
+	default:
+		return "", err
+	}
+}
+
+func (x *idemLib) completed(ctx context.Context) (int64, error) {
+	var n int64
+	err := x.pool.QueryRow(ctx, `SELECT count(*) FROM idem_steps WHERE status = 4`).Scan(&n)
+	return n, err
+}
+
+// exportHandler is idem's worker handler for an export task: it reports
+// the order it works.
+func exportHandler(worked func(string)) execution.Handler[pgx.Tx] {
+	return func(_ context.Context, job execution.Job) (execution.Result[pgx.Tx], error) {
+		var in exportArgs
+		if err := json.Unmarshal(job.Task.Input, &in); err != nil {
+			return execution.Result[pgx.Tx]{}, execution.Permanent(err)
+		}
+		worked(in.Order)
+		return execution.Result[pgx.Tx]{Output: json.RawMessage(`{"ok":true}`)}, nil
+	}
 }
 
 // exportArgs is River's job, and idem's task input: the order is the key.
@@ -347,8 +452,25 @@ func runExecutions(ctx context.Context, e *env, opts options) ([]line, error) {
 		}
 		out = append(out, lines...)
 	}
+	// The peers' figures again, in the rows of idem in process.
+	inProc := map[string]bool{}
+	for _, l := range out {
+		if base, ok := strings.CutSuffix(l.row, inProcessRow); ok {
+			inProc[base] = true
+		}
+	}
+	for _, l := range slices.Clone(out) {
+		if !l.idem && inProc[l.row] {
+			l.row += inProcessRow
+			out = append(out, l)
+		}
+	}
 	return out, nil
 }
+
+// inProcessRow names the rows of idem used as a library: the work of the
+// row's name, without idem serve's HTTP and application tokens.
+const inProcessRow = ", idem in process"
 
 // The rows of this group.
 const (
@@ -374,15 +496,19 @@ func runExecSetup(ctx context.Context, e *env, opts options, s execSetup) ([]lin
 			measure func(context.Context, executor, *tracker, *keys, int, time.Duration) (result, error)
 		}{{rowCreate, measureCreate}, {rowDuplicate, measureDuplicate}}
 		for _, row := range rows {
-			if s.duplicateOnly && row.name != rowDuplicate {
+			if s.duplicateOnly && row.name != rowDuplicate || s.createOnly && row.name != rowCreate {
 				continue
+			}
+			name := row.name
+			if s.inProcess {
+				name += inProcessRow
 			}
 			opts.logger.Info("measuring", "row", row.name, "peer", s.name, "clients", n)
 			r, err := row.measure(ctx, x, t, ks, n, opts.duration)
 			if err != nil {
 				return nil, fmt.Errorf("%s, %d clients: %w", row.name, n, err)
 			}
-			out = append(out, line{row: row.name, peer: s.name, idem: s.idem, clients: n, result: r, unit: "ops/s",
+			out = append(out, line{row: name, peer: s.name, idem: s.idem, clients: n, result: r, unit: "ops/s",
 				guarantees: check.String(), kept: check.ok()})
 		}
 	}
@@ -461,7 +587,7 @@ type execCheck struct {
 
 // ok is true when the executor kept all three guarantees.
 func (c execCheck) ok() bool {
-	return c.created == 1 && c.runs == 1 && c.again == duplicate && c.otherInput == "refused (422)"
+	return c.created == 1 && c.runs == 1 && c.again == duplicate && c.otherInput == refusedConflict
 }
 
 func (c execCheck) String() string {
