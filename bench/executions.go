@@ -93,6 +93,24 @@ func openIdemExec(cfg *key.Config) func(context.Context, *env, func(string)) (ex
 }
 
 func openIdemServe(ctx context.Context, e *env, worked func(string), cfg *key.Config) (executor, func() (executor, error), error) {
+	return openIdem(ctx, e, worked, func(pool *pgxpool.Pool, s *pgstore.Store) (executor, *execution.Engine[pgx.Tx], error) {
+		srv, err := serve.New(s, &serve.Config{Types: map[string]execution.TypeConfig{"export": {}}, Key: cfg})
+		if err != nil {
+			return nil, nil, err
+		}
+		return &idemExec{srv: srv, pool: pool}, srv.Engine(), nil
+	}, func(s *pgstore.Store) error {
+		return s.CreateApp(ctx, store.App{Name: "bench", TokenHashes: [][]byte{serve.HashToken(benchToken)}, Scheme: "idem", CreatedAt: time.Now()})
+	})
+}
+
+// openIdem opens idem on a schema of its own: newX makes an executor on a
+// pool (the first, with the worker, and the second's), setup runs once
+// on the migrated schema.
+func openIdem(ctx context.Context, e *env, worked func(string),
+	newX func(*pgxpool.Pool, *pgstore.Store) (executor, *execution.Engine[pgx.Tx], error),
+	setup func(*pgstore.Store) error,
+) (executor, func() (executor, error), error) {
 	pool, err := e.schema(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -100,29 +118,25 @@ func openIdemServe(ctx context.Context, e *env, worked func(string), cfg *key.Co
 	if _, err := pgstore.Migrate(ctx, pool); err != nil {
 		return nil, nil, err
 	}
-	newServer := func(pool *pgxpool.Pool) (*idemExec, error) {
+	open := func(pool *pgxpool.Pool) (executor, *execution.Engine[pgx.Tx], error) {
 		s, err := pgstore.New(pool, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		srv, err := serve.New(s, &serve.Config{Types: map[string]execution.TypeConfig{"export": {}}, Key: cfg})
-		if err != nil {
-			return nil, err
+		if setup != nil {
+			if err := setup(s); err != nil {
+				return nil, nil, err
+			}
+			setup = nil // once, on the first pool
 		}
-		return &idemExec{srv: srv, pool: pool}, nil
+		return newX(pool, s)
 	}
-	first, err := newServer(pool)
+	first, en, err := open(pool)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := pgstore.New(pool, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := s.CreateApp(ctx, store.App{Name: "bench", TokenHashes: [][]byte{serve.HashToken(benchToken)}, Scheme: "idem", CreatedAt: time.Now()}); err != nil {
-		return nil, nil, err
-	}
-	w, err := first.srv.Engine().NewWorker(map[string]execution.Handler[pgx.Tx]{"export": exportHandler(worked)}, &execution.WorkerConfig{Concurrency: workers, Poll: time.Millisecond})
+	w, err := en.NewWorker(map[string]execution.Handler[pgx.Tx]{"export": exportHandler(worked)},
+		&execution.WorkerConfig{Concurrency: workers, Poll: time.Millisecond})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -134,7 +148,8 @@ func openIdemServe(ctx context.Context, e *env, worked func(string), cfg *key.Co
 		if err != nil {
 			return nil, err
 		}
-		return newServer(p)
+		x, _, err := open(p)
+		return x, err
 	}
 	return first, second, nil
 }
@@ -178,48 +193,17 @@ type idemLib struct {
 }
 
 func openIdemLib(ctx context.Context, e *env, worked func(string)) (executor, func() (executor, error), error) {
-	pool, err := e.schema(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if _, err := pgstore.Migrate(ctx, pool); err != nil {
-		return nil, nil, err
-	}
-	newLib := func(pool *pgxpool.Pool) (*idemLib, error) {
-		s, err := pgstore.New(pool, nil)
-		if err != nil {
-			return nil, err
-		}
+	return openIdem(ctx, e, worked, func(pool *pgxpool.Pool, s *pgstore.Store) (executor, *execution.Engine[pgx.Tx], error) {
 		g, err := key.NewTx[pgx.Tx](s, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		en, err := execution.New[pgx.Tx](s, &execution.Config{Types: map[string]execution.TypeConfig{"export": {}}})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &idemLib{guard: g, en: en, pool: pool}, nil
-	}
-	first, err := newLib(pool)
-	if err != nil {
-		return nil, nil, err
-	}
-	w, err := first.en.NewWorker(map[string]execution.Handler[pgx.Tx]{"export": exportHandler(worked)},
-		&execution.WorkerConfig{Concurrency: workers, Poll: time.Millisecond})
-	if err != nil {
-		return nil, nil, err
-	}
-	ran := make(chan struct{})
-	go func() { defer close(ran); _ = w.Run(ctx) }()
-	e.cleanups = append(e.cleanups, func() { <-ran })
-	second := func() (executor, error) {
-		p, err := e.pool(ctx, pool)
-		if err != nil {
-			return nil, err
-		}
-		return newLib(p)
-	}
-	return first, second, nil
+		return &idemLib{guard: g, en: en, pool: pool}, en, nil
+	}, nil)
 }
 
 func (x *idemLib) create(ctx context.Context, k string, amount int) (outcome, error) {
