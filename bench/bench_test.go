@@ -24,9 +24,10 @@ func TestRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := map[string]bool{}
+	rows, peers := map[string]bool{}, map[string]bool{}
 	for _, l := range lines {
 		rows[l.row] = true
+		peers[l.row] = peers[l.row] || !l.idem
 		if l.result.ops == 0 || l.result.rate() <= 0 {
 			t.Errorf("%s, %s: no operation completed", l.row, l.peer)
 		}
@@ -40,10 +41,16 @@ func TestRows(t *testing.T) {
 			t.Errorf("%s, %s: a bare handler passed the guarantee checks: %s", l.row, l.peer, l.guarantees)
 		}
 	}
-	for _, want := range []string{"HTTP replay, Redis", "HTTP new key, Redis", rowCreate, rowDuplicate,
+	for _, want := range []string{"HTTP replay, Redis", "HTTP new key, Redis", rowCreate, rowCreate + inProcessRow, rowDuplicate,
 		"Claim+Complete, PostgreSQL", "Claim+Complete, SQLite (WAL, synchronous=FULL)", "Claim+Complete, Redis"} {
 		if !rows[want] {
 			t.Errorf("no row %q", want)
+		}
+	}
+	// Every row has a peer that idem's figure divides.
+	for row := range rows {
+		if !peers[row] {
+			t.Errorf("row %q has no peer", row)
 		}
 	}
 	var table bytes.Buffer

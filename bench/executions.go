@@ -174,9 +174,12 @@ func (x *idemExec) create(ctx context.Context, k string, amount int) (outcome, e
 	}
 }
 
-func (x *idemExec) completed(ctx context.Context) (int64, error) {
+func (x *idemExec) completed(ctx context.Context) (int64, error) { return completedSteps(ctx, x.pool) }
+
+// completedSteps counts idem's steps recorded completed in pool's schema.
+func completedSteps(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	var n int64
-	err := x.pool.QueryRow(ctx, `SELECT count(*) FROM idem_steps WHERE status = 4`).Scan(&n)
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM idem_steps WHERE status = 4`).Scan(&n)
 	return n, err
 }
 
@@ -233,11 +236,7 @@ func (x *idemLib) create(ctx context.Context, k string, amount int) (outcome, er
 	}
 }
 
-func (x *idemLib) completed(ctx context.Context) (int64, error) {
-	var n int64
-	err := x.pool.QueryRow(ctx, `SELECT count(*) FROM idem_steps WHERE status = 4`).Scan(&n)
-	return n, err
-}
+func (x *idemLib) completed(ctx context.Context) (int64, error) { return completedSteps(ctx, x.pool) }
 
 // exportHandler is idem's worker handler for an export task: it reports
 // the order it works.
